@@ -1,0 +1,1 @@
+"""Command-line interface (thin: parse, build a config, call a library function)."""

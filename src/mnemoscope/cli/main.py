@@ -1,0 +1,127 @@
+"""``mnemoscope`` entry point. Heavy modules are imported inside the commands,
+so ``mnemoscope --help`` answers instantly.
+
+Exit codes: 0 success; 1 an error (one line on stderr; ``--debug`` shows the traceback);
+2 bad command-line usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from mnemoscope import __version__
+from mnemoscope.errors import MnemoscopeError
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("mnemoscope")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model flags every model-using command shares."""
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model",
+        default="default",
+        metavar="SPEC",
+        help="'default' (embedded SmolLM2-135M-Instruct), a .gguf file, a HF folder, a hub id, "
+        "or BASE::ADAPTER_DIR (default: %(default)s)",
+    )
+    g.add_argument("--adapter", metavar="DIR", help="a LoRA/peft adapter folder applied on the base model")
+    g.add_argument(
+        "--device", default="auto", help="auto (CUDA if available), cpu, cuda:0, ... (default: auto)"
+    )
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="auto = bf16/fp16 on CUDA, float32 on CPU",
+    )
+
+
+def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from mnemoscope.models import load_model
+
+    log.info("loading model %s%s", args.model, f" + adapter {args.adapter}" if args.adapter else "")
+    return load_model(
+        args.model, adapter=args.adapter, device=args.device, dtype=args.dtype, cache_dir=args.cache_dir
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mnemoscope.cli import models_cmd, trace_cmd, validate_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="mnemoscope",
+        description="Is a language model answering from memory or from what it was given? "
+        "Trace a model with and without a context and compare its internals.",
+        epilog="Examples:\n"
+        "  mnemoscope trace --context 'Quenmar lies on the Zorblat.' --query 'Which river is Quenmar on?'\n"
+        "  mnemoscope trace --input pairs.jsonl --out traces/\n"
+        "  mnemoscope validate --input pairs.jsonl\n"
+        "  mnemoscope models\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"mnemoscope {__version__}")
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="cache of converted models (default: $MNEMOSCOPE_CACHE_DIR or ~/.cache/mnemoscope)",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in (trace_cmd, models_cmd, validate_cmd):
+        module.register(sub)
+    return parser
+
+
+def _configure_logging(quiet: bool, debug: bool) -> None:
+    level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not debug:
+        # transformers' own progress bars and notices are noise next to ours.
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            import transformers
+
+            transformers.utils.logging.set_verbosity_error()
+            transformers.utils.logging.disable_progress_bar()
+        except ImportError:  # pragma: no cover
+            pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    _configure_logging(args.quiet, args.debug)
+    try:
+        return int(args.func(args) or 0)
+    except MnemoscopeError as e:
+        if args.debug:
+            raise
+        print(f"mnemoscope: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mnemoscope: interrupted (finished records are saved; re-run to resume)", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError, ValueError) as e:
+        if args.debug:
+            raise
+        print(
+            f"mnemoscope: error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

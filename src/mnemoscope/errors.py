@@ -1,0 +1,39 @@
+"""Exception types. Every error a user can cause is a :class:`MnemoscopeError`
+whose message is one clear line; the CLI prints it without a traceback."""
+
+from __future__ import annotations
+
+__all__ = ["InputError", "MnemoscopeError", "ModelLoadError", "TraceStoreError"]
+
+
+class MnemoscopeError(Exception):
+    """Base class of all errors mnemoscope raises on purpose."""
+
+
+class ModelLoadError(MnemoscopeError):
+    """A model spec could not be resolved or loaded."""
+
+
+class InputError(MnemoscopeError):
+    """A record or argument is invalid.
+
+    Attributes:
+        record: the record id or line number the error is about (if any).
+        field: the offending field (if any).
+    """
+
+    def __init__(self, message: str, *, record: str | int | None = None, field: str | None = None):
+        self.record = record
+        self.field = field
+        where = []
+        if record is not None:
+            where.append(f"record {record}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        prefix = (", ".join(where) + ": ") if where else ""
+        super().__init__(prefix + message)
+        self.reason = message
+
+
+class TraceStoreError(MnemoscopeError):
+    """A trace folder is missing, corrupt or was written with other settings."""

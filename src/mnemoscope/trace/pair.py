@@ -1,0 +1,233 @@
+"""Paired tracing: the same query with and without its context.
+
+For each item::
+
+    1. render prompt_with = T(context, query) and prompt_without = T("", query)
+    2. greedily generate up to ``max_new_tokens`` tokens y on the with-context path
+    3. teacher-force y on both paths: one forward over prompt_with + y[:-1] and one over
+       prompt_without + y[:-1]; the logits at the last |y| positions of each give
+       p_with(. | c, q, y_<t) and p_without(. | q, y_<t) for t = 1..|y|
+    4. reduce each step's two full-vocabulary distributions to KL (both directions),
+       entropies, log p(y_t) and top-k, then drop the [step vocab] arrays
+    5. optionally generate the no-context answer greedily as well
+
+Both paths are scored by the same procedure (a full teacher-forced forward), so when
+the two prompts are the same token sequence the two distributions are computed
+identically and every KL is 0 (exactly, when the pair is traced in a batch of one;
+to ~1e-7 in a mixed batch whose padding differs). The hidden states of each path are
+captured in those same forwards at the last *prompt* token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from mnemoscope.errors import InputError
+from mnemoscope.trace.templates import PromptBuilder
+from mnemoscope.trace.tracer import HiddenMode, Tracer, _batches, _np
+from mnemoscope.trace.types import PairTrace
+
+__all__ = [
+    "PairConfig",
+    "PairItem",
+    "PairLike",
+    "PreparedPair",
+    "prepare_pair",
+    "trace_pairs",
+    "trace_prepared",
+]
+
+
+class PairLike(Protocol):
+    """Anything with these attributes can be traced as a pair (e.g. :class:`mnemoscope.data.Record`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def context(self) -> str: ...
+    @property
+    def query(self) -> str: ...
+    @property
+    def label(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class PairItem:
+    """A minimal pair input."""
+
+    id: str
+    context: str
+    query: str
+    label: int | None = None
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    """Settings of a paired trace (stored with the traces; a resumed run must match them).
+
+    Attributes:
+        builder: prompt template / task / chat settings.
+        max_new_tokens: T, the number of aligned generated positions (CRM and RePCS use 32).
+        answer_without: also generate the no-context answer greedily (CRM Level 1 needs it;
+            doubles generation cost, so latency-sensitive callers turn it off).
+        top_k: how many top tokens and log-probs to keep per step and path (OpenAI-compatible
+            servers return at most 20, which RePCS's truncated estimator mirrors).
+        hidden: capture the last-prompt-token hidden states of both paths.
+    """
+
+    builder: PromptBuilder = field(default_factory=PromptBuilder)
+    max_new_tokens: int = 32
+    answer_without: bool = True
+    top_k: int = 20
+    hidden: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise InputError("max_new_tokens must be >= 1", field="max_new_tokens")
+        if self.top_k < 1:
+            raise InputError("top_k must be >= 1", field="top_k")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **self.builder.to_dict(),
+            "max_new_tokens": self.max_new_tokens,
+            "answer_without": self.answer_without,
+            "top_k": self.top_k,
+            "hidden": self.hidden,
+        }
+
+
+@dataclass(frozen=True)
+class PreparedPair:
+    """A pair rendered and tokenized, ready to trace."""
+
+    item: PairLike
+    prompt_with: str
+    prompt_without: str
+    ids_with: list[int]
+    ids_without: list[int]
+
+
+def prepare_pair(tracer: Tracer, item: PairLike, config: PairConfig) -> PreparedPair:
+    """Render and tokenize one pair; raises :class:`InputError` naming the record and field."""
+    if not isinstance(item.query, str) or (
+        config.builder.task_template.uses_query and not item.query.strip()
+    ):
+        raise InputError("query is empty", record=item.id, field="query")
+    if not isinstance(item.context, str):
+        raise InputError("context must be a string", record=item.id, field="context")
+    p_with, p_without = config.builder.pair(item.context, item.query, tracer.tokenizer)
+    ids_with = tracer.encode(p_with, chat=config.builder.chat)
+    ids_without = tracer.encode(p_without, chat=config.builder.chat)
+    # The teacher-forced sequence is prompt + (T - 1) answer tokens; generation needs prompt + T.
+    tracer.check_length(len(ids_with), record=item.id, field="context", extra=config.max_new_tokens)
+    return PreparedPair(item, p_with, p_without, ids_with, ids_without)
+
+
+def trace_pairs(
+    tracer: Tracer, items: Sequence[PairLike], config: PairConfig | None = None
+) -> list[PairTrace]:
+    """Trace each item with and without its context (see the module doc for the procedure).
+
+    Raises:
+        InputError: for the first invalid item (use :func:`prepare_pair` to screen items first).
+    """
+    config = config or PairConfig()
+    return trace_prepared(tracer, [prepare_pair(tracer, it, config) for it in items], config)
+
+
+def trace_prepared(tracer: Tracer, prepared: Sequence[PreparedPair], config: PairConfig) -> list[PairTrace]:
+    """Trace pairs already screened by :func:`prepare_pair`, in batches of ``tracer.batch_size``."""
+    out: list[PairTrace] = []
+    for idx in _batches(len(prepared), tracer.batch_size):
+        out.extend(_trace_batch(tracer, [prepared[i] for i in idx], config))
+    return out
+
+
+def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) -> list[PairTrace]:
+    answers = tracer.generate([p.ids_with for p in batch], config.max_new_tokens)
+    steps = [len(a) for a in answers]
+    keep = max(steps)
+    hidden: HiddenMode = "last" if config.hidden else "none"
+    fw = tracer.forward(
+        [p.ids_with + a[:-1] for p, a in zip(batch, answers, strict=True)],
+        hidden=hidden,
+        positions=[len(p.ids_with) - 1 for p in batch],
+        keep_logits=keep,
+    )
+    fo = tracer.forward(
+        [p.ids_without + a[:-1] for p, a in zip(batch, answers, strict=True)],
+        hidden=hidden,
+        positions=[len(p.ids_without) - 1 for p in batch],
+        keep_logits=keep,
+    )
+    no_ctx = (
+        tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
+        if config.answer_without
+        else None
+    )
+    assert fw.logits is not None and fo.logits is not None
+    eos = set(tracer.eos_ids)
+    traces = []
+    for b, p in enumerate(batch):
+        n = steps[b]
+        stats = _step_stats(fw.logits[b, -n:], fo.logits[b, -n:], answers[b], config.top_k)
+        ans = answers[b]
+        traces.append(
+            PairTrace(
+                id=str(p.item.id),
+                context=p.item.context,
+                query=p.item.query,
+                prompt_with=p.prompt_with,
+                prompt_without=p.prompt_without,
+                n_prompt_tokens_with=len(p.ids_with),
+                n_prompt_tokens_without=len(p.ids_without),
+                h_with=_np(fw.hidden[b]) if fw.hidden is not None else None,
+                h_without=_np(fo.hidden[b]) if fo.hidden is not None else None,
+                h_with_prenorm=_np(fw.prenorm[b]) if fw.prenorm is not None else None,
+                h_without_prenorm=_np(fo.prenorm[b]) if fo.prenorm is not None else None,
+                answer_ids=np.asarray(ans, dtype=np.int64),
+                answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
+                stopped_at_eos=bool(ans and ans[-1] in eos),
+                identical_prompts=p.ids_with == p.ids_without,
+                answer_without_ids=np.asarray(no_ctx[b], dtype=np.int64) if no_ctx is not None else None,
+                answer_without=tracer.tokenizer.decode(no_ctx[b], skip_special_tokens=True)
+                if no_ctx
+                else None,
+                label=p.item.label,
+                template=config.builder.to_dict(),
+                **stats,
+            )
+        )
+    return traces
+
+
+def _step_stats(
+    logits_with: torch.Tensor, logits_without: torch.Tensor, answer: list[int], k: int
+) -> dict[str, np.ndarray]:
+    """Per-step KL, entropies, answer log-probs and top-k from two ``[step vocab]`` logit blocks (float64)."""
+    lw = logits_with.double().log_softmax(-1)
+    lo = logits_without.double().log_softmax(-1)
+    pw, po = lw.exp(), lo.exp()
+    kl = (pw * (lw - lo)).sum(-1).clamp(min=0.0)
+    kl_rev = (po * (lo - lw)).sum(-1).clamp(min=0.0)
+    y = torch.tensor(answer, dtype=torch.long, device=lw.device).unsqueeze(-1)
+    k = min(k, lw.shape[-1])
+    tw, to = lw.topk(k, dim=-1), lo.topk(k, dim=-1)
+    return {
+        "kl_steps": kl.cpu().numpy(),
+        "kl_rev_steps": kl_rev.cpu().numpy(),
+        "entropy_with": (-(pw * lw).sum(-1)).cpu().numpy(),
+        "entropy_without": (-(po * lo).sum(-1)).cpu().numpy(),
+        "logprob_answer_with": lw.gather(-1, y).squeeze(-1).float().cpu().numpy(),
+        "logprob_answer_without": lo.gather(-1, y).squeeze(-1).float().cpu().numpy(),
+        "topk_ids_with": tw.indices.cpu().numpy().astype(np.int64),
+        "topk_logprobs_with": tw.values.float().cpu().numpy(),
+        "topk_ids_without": to.indices.cpu().numpy().astype(np.int64),
+        "topk_logprobs_without": to.values.float().cpu().numpy(),
+    }

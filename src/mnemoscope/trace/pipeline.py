@@ -1,0 +1,124 @@
+"""Batch paired tracing into a trace folder: resumable, incremental, bad records isolated."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tqdm.auto import tqdm
+
+from mnemoscope.data.records import Record, RecordError
+from mnemoscope.errors import InputError
+from mnemoscope.models.loader import LoadedModel
+from mnemoscope.trace.pair import PairConfig, PreparedPair, prepare_pair, trace_prepared
+from mnemoscope.trace.store import TraceWriter
+from mnemoscope.trace.tracer import Tracer, _batches
+
+__all__ = ["RunSummary", "run_pairs"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    """What a batch run did."""
+
+    out: Path
+    n_input: int
+    n_already_done: int
+    n_traced: int
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def n_errors(self) -> int:
+        return len(self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out),
+            "n_input": self.n_input,
+            "n_already_done": self.n_already_done,
+            "n_traced": self.n_traced,
+            "n_errors": self.n_errors,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_pairs(
+    lm: LoadedModel,
+    records: Sequence[Record],
+    out: str | Path,
+    *,
+    config: PairConfig,
+    batch_size: int = 8,
+    input_errors: Sequence[RecordError] = (),
+    on_error: Literal["skip", "raise"] = "skip",
+    overwrite: bool = False,
+    progress: bool = True,
+) -> RunSummary:
+    """Trace ``records`` as pairs into ``out``; records already in ``out`` are skipped.
+
+    Each batch is written as soon as it is traced. A record that cannot be traced
+    (too long for the model, empty query, ...) goes to ``errors.jsonl`` with its line,
+    id, field and reason; with ``on_error="raise"`` the run stops there instead (what
+    was written stays written). If a whole batch fails for another reason, its records
+    are retried one by one so that one bad record does not take the batch down.
+    """
+    t0 = time.perf_counter()
+    writer = TraceWriter(
+        out, kind="pair", model=lm.info.to_dict(), settings=config.to_dict(), overwrite=overwrite
+    )
+    tracer = Tracer(lm, batch_size=batch_size)
+    summary = RunSummary(
+        out=Path(out), n_input=len(records) + len(input_errors), n_already_done=0, n_traced=0
+    )
+    errors = [e.to_dict() for e in input_errors]
+
+    todo = [r for r in records if r.id not in writer.done_ids]
+    summary.n_already_done = len(records) - len(todo)
+    prepared: list[PreparedPair] = []
+    for r in todo:
+        try:
+            prepared.append(prepare_pair(tracer, r, config))
+        except InputError as e:
+            if on_error == "raise":
+                raise InputError(f"line {r.line}: {e}") from e
+            errors.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
+
+    bar = tqdm(total=len(prepared), desc="pairs", unit="pair", disable=not progress)
+    try:
+        for idx in _batches(len(prepared), batch_size):
+            batch = [prepared[i] for i in idx]
+            try:
+                traces = trace_prepared(tracer, batch, config)
+            except (RuntimeError, ValueError, IndexError) as e:
+                log.warning("batch failed (%s); retrying its %d records one by one", e, len(batch))
+                traces = []
+                for p in batch:
+                    try:
+                        traces.extend(trace_prepared(tracer, [p], config))
+                    except (RuntimeError, ValueError, IndexError) as e1:
+                        if on_error == "raise":
+                            raise
+                        errors.append(
+                            {
+                                "line": getattr(p.item, "line", None),
+                                "id": p.item.id,
+                                "field": None,
+                                "message": f"{type(e1).__name__}: {e1}",
+                            }
+                        )
+            writer.write(traces)
+            summary.n_traced += len(traces)
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        writer.write_errors(errors, replace=True)
+        summary.errors = errors
+        summary.seconds = time.perf_counter() - t0
+    return summary

@@ -1,0 +1,168 @@
+"""Prompt templates as data.
+
+A prompt is built in up to three layers:
+
+1. a :class:`TaskTemplate` turns the user's query into the question text
+   (CRM appendix T: continuation, summarization, QA; ``"plain"`` keeps the query);
+2. a :class:`PromptTemplate` places context and question (CRM appendix D.1, templates A-D);
+3. optionally the model's chat template wraps the result as one user turn.
+
+The no-context prompt of a pair is the *same* template with an empty context string,
+as in the CRM paper (appendix P/T): only the context differs between the two paths.
+The separators the paper typesets as "\\ \\" are blank lines (``"\\n\\n"``), as in its
+appendix T template ``"Context: {context}\\n\\nQuestion: ...\\n\\nAnswer:"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from mnemoscope.errors import InputError
+
+__all__ = [
+    "PROMPT_TEMPLATES",
+    "TASK_TEMPLATES",
+    "PromptBuilder",
+    "PromptTemplate",
+    "TaskTemplate",
+    "get_template",
+]
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """An outer template with ``{context}`` and ``{query}`` slots."""
+
+    name: str
+    text: str
+    description: str = ""
+
+    def render(self, context: str, query: str) -> str:
+        # str.replace, not str.format: user text may contain braces.
+        return self.text.replace("{context}", context).replace("{query}", query)
+
+
+@dataclass(frozen=True)
+class TaskTemplate:
+    """Turns a query into the question text; ``max_new_tokens`` is the paper's generation length."""
+
+    name: str
+    question: str
+    max_new_tokens: int
+    uses_query: bool = True
+
+    def render(self, query: str) -> str:
+        return self.question.replace("{query}", query)
+
+
+PROMPT_TEMPLATES: dict[str, PromptTemplate] = {
+    "A": PromptTemplate("A", "Context: {context}\n\nQuestion: {query}\n\nAnswer:", "Standard (CRM D.1)"),
+    "B": PromptTemplate(
+        "B",
+        "Based on the following document, answer the question.\n\nDocument: {context}\n\nQuestion: {query}\n\nAnswer:",
+        "Document (CRM D.1)",
+    ),
+    "C": PromptTemplate(
+        "C",
+        "Reference information: {context}\n\nUsing this reference, answer: {query}\n\nAnswer:",
+        "Reference (CRM D.1)",
+    ),
+    "D": PromptTemplate(
+        "D",
+        "Read the text below and answer the question.\n\nText: {context}\n\nQuestion: {query}\n\nAnswer:",
+        "Instruction (CRM D.1)",
+    ),
+}
+_ALIASES = {"standard": "A", "document": "B", "reference": "C", "instruction": "D"}
+
+TASK_TEMPLATES: dict[str, TaskTemplate] = {
+    "plain": TaskTemplate("plain", "{query}", 32),
+    "continuation": TaskTemplate("continuation", "Continue the following passage: {query}", 32),
+    "summarization": TaskTemplate(
+        "summarization", "Summarize the above text in one sentence.", 64, uses_query=False
+    ),
+    "qa": TaskTemplate(
+        "qa",
+        "According to the above passage, what specific fact or event is described?",
+        64,
+        uses_query=False,
+    ),
+}
+
+
+def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(name, list(table), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise InputError(f"unknown {what} '{name}' (known: {', '.join(table)}){hint}")
+
+
+def get_template(name: str) -> PromptTemplate:
+    """A template by name (``A``-``D`` or ``standard``/``document``/``reference``/``instruction``)."""
+    return _lookup(
+        PROMPT_TEMPLATES, _ALIASES.get(name.lower(), name.upper() if len(name) == 1 else name), "template"
+    )
+
+
+@dataclass(frozen=True)
+class PromptBuilder:
+    """Builds with-context and no-context prompts from one template.
+
+    Example:
+        >>> b = PromptBuilder(template="A")
+        >>> b.render("Paris is in France.", "Where is Paris?")
+        'Context: Paris is in France.\\n\\nQuestion: Where is Paris?\\n\\nAnswer:'
+        >>> b.render("", "Where is Paris?")
+        'Context: \\n\\nQuestion: Where is Paris?\\n\\nAnswer:'
+    """
+
+    template: str = "A"
+    task: str = "plain"
+    chat: bool = False
+    system_prompt: str | None = None
+    _resolved: tuple[PromptTemplate, TaskTemplate] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_resolved", (get_template(self.template), _lookup(TASK_TEMPLATES, self.task, "task"))
+        )
+
+    @property
+    def prompt_template(self) -> PromptTemplate:
+        return self._resolved[0]
+
+    @property
+    def task_template(self) -> TaskTemplate:
+        return self._resolved[1]
+
+    def render(self, context: str, query: str) -> str:
+        """The prompt text before any chat template."""
+        return self.prompt_template.render(context, self.task_template.render(query))
+
+    def build(self, context: str, query: str, tokenizer: Any = None) -> str:
+        """The final prompt text; with ``chat=True`` wrapped by the tokenizer's chat template."""
+        text = self.render(context, query)
+        if not self.chat:
+            return text
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise InputError("chat=True but the model's tokenizer has no chat template")
+        messages = []
+        if self.system_prompt is not None:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": text})
+        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    def pair(self, context: str, query: str, tokenizer: Any = None) -> tuple[str, str]:
+        """(with-context prompt, no-context prompt): same template, the second with an empty context."""
+        return self.build(context, query, tokenizer), self.build("", query, tokenizer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "task": self.task,
+            "chat": self.chat,
+            "system_prompt": self.system_prompt,
+        }

@@ -1,0 +1,146 @@
+"""Typed traces: what the tracer returns and what every detector consumes.
+
+Index conventions (identical to transformers' ``output_hidden_states=True``):
+
+* ``hidden[0]`` is the embedding output (the input of block 1);
+* ``hidden[l]`` for ``1 <= l < L`` is the output of block ``l``;
+* ``hidden[L]`` is the output of the last block **after the final norm** (what the
+  LM head sees), as transformers reports it for llama, qwen2, gemma3, gpt2, ...;
+* ``hidden_prenorm`` is the output of block ``L`` *before* the final norm.
+
+So a hidden array has ``L + 1`` rows for a model with ``L`` blocks.
+All arrays are numpy, float32 for states and log-probabilities, int64 for token ids.
+Shapes are written as dimension names: ``layer`` = L + 1, ``d`` = hidden size,
+``seq`` = prompt tokens, ``step`` = generated positions, ``vocab``, ``head``, ``k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import numpy as np
+
+__all__ = ["Array", "PairTrace", "PromptTrace"]
+
+# A numpy array annotated with its dimension names, e.g. Array["layer d"]; documentation only.
+Array = Annotated[np.ndarray, "shape"]
+
+
+@dataclass(frozen=True)
+class PromptTrace:
+    """One forward pass over one prompt.
+
+    Attributes:
+        prompt: the prompt text (``""`` when the caller passed token ids).
+        token_ids: ``[seq]`` the prompt's tokens, special tokens included, no padding.
+        tokens: the token strings.
+        hidden: ``[layer d]`` hidden states at the last prompt token (see module doc).
+        hidden_prenorm: ``[d]`` output of the last block before the final norm, last token
+            (``None`` when the architecture is unknown and the tracer fell back to
+            ``output_hidden_states``).
+        logprobs: ``[vocab]`` next-token log-probabilities after the last prompt token.
+        hidden_all: ``[layer seq d]`` hidden states at every position (opt-in).
+        hidden_prenorm_all: ``[seq d]`` last block before the final norm, every position (opt-in).
+        logprobs_all: ``[seq vocab]`` row ``t`` = log p(next token | tokens[: t + 1]) (opt-in).
+        attentions: ``[layer head seq seq]`` attention weights, ``layer`` = L here (opt-in).
+    """
+
+    prompt: str
+    token_ids: np.ndarray
+    tokens: tuple[str, ...]
+    hidden: np.ndarray | None = None
+    hidden_prenorm: np.ndarray | None = None
+    logprobs: np.ndarray | None = None
+    hidden_all: np.ndarray | None = None
+    hidden_prenorm_all: np.ndarray | None = None
+    logprobs_all: np.ndarray | None = None
+    attentions: np.ndarray | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+@dataclass(frozen=True)
+class PairTrace:
+    """The unit of analysis of CRM and RePCS: one (context, query) traced with and without context.
+
+    The answer ``y`` is generated greedily on the with-context path (up to
+    ``max_new_tokens``, stopping after EOS, which is counted as a step). Both paths are
+    then teacher-forced on ``y`` so that step ``t`` compares
+    ``p_with(. | c, q, y_<t)`` and ``p_without(. | q, y_<t)`` at the *same* answer
+    position, whatever the two prompts' lengths.
+
+    Attributes:
+        id: record id.
+        context, query: the inputs.
+        prompt_with, prompt_without: the rendered prompts (same template, empty context).
+        n_prompt_tokens_with, n_prompt_tokens_without: prompt lengths in tokens.
+        h_with, h_without: ``[layer d]`` states at the last prompt token of each path.
+        h_with_prenorm, h_without_prenorm: ``[d]`` last block before the final norm (or ``None``).
+        answer_ids: ``[step]`` generated token ids (EOS included when generated).
+        answer_with: decoded with-context answer (special tokens removed).
+        kl_steps: ``[step]`` KL(p_with || p_without) in nats at each aligned position.
+        kl_rev_steps: ``[step]`` KL(p_without || p_with).
+        entropy_with, entropy_without: ``[step]`` entropies (nats) of the two distributions.
+        logprob_answer_with, logprob_answer_without: ``[step]`` log p(y_t) on each path.
+        topk_ids_with, topk_logprobs_with: ``[step k]`` top-k of the with-context distribution.
+        topk_ids_without, topk_logprobs_without: ``[step k]`` top-k of the no-context distribution.
+        stopped_at_eos: the answer ended with EOS before ``max_new_tokens``.
+        identical_prompts: the two prompts are the same token sequence (empty context):
+            every statistic comparing the paths is 0 by construction, not evidence of memorization.
+        answer_without_ids, answer_without: greedy answer of the no-context path (opt-in).
+        label: 1 = the flagged condition (member/memorized), 0 = not, ``None`` = unknown.
+        template: the prompt builder settings used.
+    """
+
+    id: str
+    context: str
+    query: str
+    prompt_with: str
+    prompt_without: str
+    n_prompt_tokens_with: int
+    n_prompt_tokens_without: int
+    h_with: np.ndarray | None
+    h_without: np.ndarray | None
+    h_with_prenorm: np.ndarray | None
+    h_without_prenorm: np.ndarray | None
+    answer_ids: np.ndarray
+    answer_with: str
+    kl_steps: np.ndarray
+    kl_rev_steps: np.ndarray
+    entropy_with: np.ndarray
+    entropy_without: np.ndarray
+    logprob_answer_with: np.ndarray
+    logprob_answer_without: np.ndarray
+    topk_ids_with: np.ndarray
+    topk_logprobs_with: np.ndarray
+    topk_ids_without: np.ndarray
+    topk_logprobs_without: np.ndarray
+    stopped_at_eos: bool
+    identical_prompts: bool
+    answer_without_ids: np.ndarray | None = None
+    answer_without: str | None = None
+    label: int | None = None
+    template: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def n_steps(self) -> int:
+        """Number of aligned generated positions (``<= max_new_tokens``)."""
+        return int(self.kl_steps.shape[0])
+
+    @property
+    def kl_sum(self) -> float:
+        return float(self.kl_steps.sum())
+
+    @property
+    def kl_mean(self) -> float:
+        return float(self.kl_steps.mean()) if self.n_steps else 0.0
+
+    @property
+    def displacement(self) -> np.ndarray:
+        """``[layer d]`` h_with - h_without (CRM's d_l)."""
+        if self.h_with is None or self.h_without is None:
+            raise ValueError(f"pair {self.id}: hidden states were not captured")
+        return self.h_with - self.h_without
