@@ -21,12 +21,12 @@ class ArchAdapter:
     Attributes:
         blocks: the ``ModuleList`` of decoder blocks.
         final_norm: the norm applied after the last block (``None`` if the model has none).
-        lm_head: the unembedding.
+
+    The unembedding is always ``model.get_output_embeddings()``, so it needs no entry here.
     """
 
     blocks: str
     final_norm: str | None
-    lm_head: str = "lm_head"
 
 
 _LLAMA_LIKE = ArchAdapter("model.layers", "model.norm")
@@ -57,7 +57,7 @@ ARCHITECTURES: dict[str, ArchAdapter] = {
     },
     "phi": ArchAdapter("model.layers", "model.final_layernorm"),
     "gpt2": ArchAdapter("transformer.h", "transformer.ln_f"),
-    "gpt_neox": ArchAdapter("gpt_neox.layers", "gpt_neox.final_layer_norm", lm_head="embed_out"),
+    "gpt_neox": ArchAdapter("gpt_neox.layers", "gpt_neox.final_layer_norm"),
     "gptj": ArchAdapter("transformer.h", "transformer.ln_f"),
     "falcon": ArchAdapter("transformer.h", "transformer.ln_f"),
     "bloom": ArchAdapter("transformer.h", "transformer.ln_f"),
@@ -80,7 +80,6 @@ def discover(model: Any) -> ArchAdapter | None:
     for candidate in (_LLAMA_LIKE, *ARCHITECTURES.values()):
         try:
             blocks = get_module(model, candidate.blocks)
-            get_module(model, candidate.lm_head)
             if candidate.final_norm is not None:
                 get_module(model, candidate.final_norm)
         except AttributeError:
@@ -98,7 +97,6 @@ def adapter_for(model: Any) -> ArchAdapter | None:
     if known is not None:
         try:
             get_module(model, known.blocks)
-            get_module(model, known.lm_head)
             if known.final_norm is not None:
                 get_module(model, known.final_norm)
             return known

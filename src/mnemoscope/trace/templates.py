@@ -16,6 +16,7 @@ appendix T template ``"Context: {context}\\n\\nQuestion: ...\\n\\nAnswer:"``.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 
+_SLOT = re.compile(r"\{(context|query)\}")
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """An outer template with ``{context}`` and ``{query}`` slots."""
@@ -40,8 +44,9 @@ class PromptTemplate:
     description: str = ""
 
     def render(self, context: str, query: str) -> str:
-        # str.replace, not str.format: user text may contain braces.
-        return self.text.replace("{context}", context).replace("{query}", query)
+        # One pass over the template's own slots: user text may contain braces or "{query}".
+        values = {"context": context, "query": query}
+        return _SLOT.sub(lambda m: values[m.group(1)], self.text)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ class Tracer:
     Args:
         lm: the model (from :func:`mnemoscope.models.load_model` or ``from_objects``).
         batch_size: prompts per forward pass.
+        eos_token_ids: tokens that end a generation (default: the tokenizer's EOS and the
+            model's ``generation_config.eos_token_id``).
 
     Example:
         >>> tracer = Tracer(load_model("default"))             # doctest: +SKIP
@@ -80,7 +82,7 @@ class Tracer:
         (31, 576)
     """
 
-    def __init__(self, lm: LoadedModel, *, batch_size: int = 8):
+    def __init__(self, lm: LoadedModel, *, batch_size: int = 8, eos_token_ids: Sequence[int] | None = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.lm = lm
@@ -91,7 +93,7 @@ class Tracer:
         self._has_position_ids = "position_ids" in params
         self._has_logits_to_keep = "logits_to_keep" in params
         self.pad_id = self._pad_id()
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = sorted(set(eos_token_ids)) if eos_token_ids is not None else self._eos_ids()
 
     # -- tokens -----------------------------------------------------------------------------------
 
@@ -240,7 +242,7 @@ class Tracer:
                 seqs.append(self.encode(p, chat=chat))
             else:
                 texts.append("")
-                seqs.append([int(t) for t in p])  # type: ignore[union-attr]
+                seqs.append([int(t) for t in p])  # type: ignore[call-overload]
             self.check_length(len(seqs[-1]), record=i)
         out: list[PromptTrace] = []
         for idx in _batches(len(seqs), self.batch_size):

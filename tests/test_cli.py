@@ -1,0 +1,154 @@
+"""CLI: JSON contract, batch mode, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mnemoscope.cli.main import main
+from mnemoscope.trace import load_traces
+
+
+@pytest.fixture
+def run(tmp_path, capsys):
+    def _run(*argv):
+        code = main(["--quiet", "--cache-dir", str(tmp_path / "cache"), *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return _run
+
+
+def test_trace_json_contract(run, tiny_folder):
+    code, out, _ = run(
+        "trace",
+        "--model",
+        str(tiny_folder),
+        "--context",
+        "Vell is a fox.",
+        "--query",
+        "Who is Vell?",
+        "-T",
+        "5",
+        "--json",
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["model"] == tiny_folder.name and d["n_layers"] == 3 and d["hidden_size"] == 64
+    assert len(d["kl_per_step"]) == d["n_steps"] <= 5 and all(isinstance(x, float) for x in d["kl_per_step"])
+    assert isinstance(d["answer_with_context"], str) and isinstance(d["answer_without_context"], str)
+    assert len(d["displacement_norm_per_layer"]) == 4
+
+
+def test_trace_human_summary(run, tiny_folder):
+    code, out, _ = run("trace", "--model", str(tiny_folder), "--context", "", "--query", "Who?", "-T", "3")
+    assert code == 0
+    assert "KL(p_with || p_without)" in out and "both paths are the same prompt" in out
+
+
+def test_batch_trace_skips_bad_lines_and_resumes(run, tiny_folder, tmp_path):
+    inp = tmp_path / "pairs.jsonl"
+    inp.write_text(
+        json.dumps({"id": "a", "context": "Vell is a fox.", "query": "Who is Vell?", "label": "member"})
+        + "\n"
+        + "{broken\n"
+        + json.dumps({"id": "b", "context": "Quenmar.", "query": "Where?", "label": 0})
+        + "\n"
+        + json.dumps({"id": "c", "context": "x", "query": ""})
+        + "\n"
+    )
+    out = tmp_path / "traces"
+    code, stdout, err = run(
+        "trace", "--model", str(tiny_folder), "--input", str(inp), "--out", str(out), "-T", "3"
+    )
+    assert code == 0
+    assert "line 2" in err and "line 4" in err and "field 'query'" in err
+    assert "2 traced" in stdout
+    traces = load_traces(out)
+    assert sorted(t.id for t in traces) == ["a", "b"] and {t.label for t in traces} == {0, 1}
+    assert len(traces.errors) == 2
+    code, stdout, _ = run(
+        "trace", "--model", str(tiny_folder), "--input", str(inp), "--out", str(out), "-T", "3"
+    )
+    assert code == 0 and "0 traced, 2 already done" in stdout
+    code, _, err = run(
+        "trace", "--model", str(tiny_folder), "--input", str(inp), "--out", str(out), "-T", "4"
+    )
+    assert code == 1 and "other settings" in err
+    code, _, err = run(
+        "trace",
+        "--model",
+        str(tiny_folder),
+        "--input",
+        str(inp),
+        "--out",
+        str(tmp_path / "s"),
+        "-T",
+        "3",
+        "--on-error",
+        "raise",
+    )
+    assert code == 1 and "line 2" in err and "invalid JSON" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["trace", "--query", "q", "--template", "Z"], "unknown template 'Z'"),
+        (["trace", "--input", "x.jsonl"], "--input needs --out"),
+        (["trace", "--context", "c"], "give --query"),
+        (["trace", "--model", "./missing-folder", "--query", "q"], "no such model file or folder"),
+        (["trace", "--model", "missing.gguf", "--query", "q"], "GGUF file not found"),
+        (["validate", "--input", "nope.jsonl"], "input file not found"),
+    ],
+)
+def test_errors_are_one_line(run, argv, message):
+    code, _, err = run(*argv)
+    assert code == 1
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_validate(run, tmp_path):
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"id": 1, "context": "c", "query": "q", "label": "clean"}) + "\n")
+    code, out, _ = run("validate", "--input", str(good))
+    assert code == 0 and "1 valid, 0 invalid" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": 1, "context": "c"}) + "\n")
+    code, out, _ = run("validate", "--input", str(bad), "--json")
+    assert code == 1 and json.loads(out)["errors"][0]["field"] == "query"
+
+
+def test_models_command(run):
+    code, out, _ = run("models", "--json")
+    d = json.loads(out)
+    assert code == 0 and "cache_dir" in d and "installed" in d["default"]
+
+
+def test_console_script_help_is_fast_and_usage_errors_exit_2():
+    r = subprocess.run(
+        [sys.executable, "-m", "mnemoscope.cli.main", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and "trace" in r.stdout
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mnemoscope.cli.main as m; "
+            "print('torch' in sys.modules, 'transformers' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.stdout.split() == ["False", "False"]  # --help never pays for torch
+    r = subprocess.run(
+        [sys.executable, "-m", "mnemoscope.cli.main", "trace", "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
