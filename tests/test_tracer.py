@@ -155,3 +155,19 @@ def test_empty_and_too_long_prompts_raise_input_error():
         Tracer(lm).trace([""])
     with pytest.raises(InputError, match="window of 16"):
         Tracer(lm).trace(["x" * 40])
+
+
+def test_token_stats_match_direct_computation(lm):
+    cap = Capture(hidden="none", logprobs="none", token_stats=True)
+    traces = Tracer(lm, batch_size=4).trace(PROMPTS, capture=cap)
+    for prompt, t in zip(PROMPTS, traces, strict=True):
+        _, ref_lp = _reference(lm, prompt)
+        lp = ref_lp[:-1].astype(np.float64)
+        ids = t.token_ids[1:]
+        assert t.token_logprobs.shape == (t.n_tokens - 1,)
+        np.testing.assert_allclose(t.token_logprobs, lp[np.arange(len(ids)), ids], atol=1e-5)
+        p = np.exp(lp)
+        mu = (p * lp).sum(-1)
+        np.testing.assert_allclose(t.token_mu, mu, atol=1e-5)
+        np.testing.assert_allclose(t.token_sigma, np.sqrt((p * (lp - mu[:, None]) ** 2).sum(-1)), atol=1e-4)
+        assert t.logprobs is None and t.hidden is None

@@ -21,8 +21,8 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("mnemoscope")
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The model flags every model-using command shares."""
+def add_model_args(p: argparse.ArgumentParser, *, many_adapters: bool = False) -> None:
+    """The model flags every model-using command shares (``many_adapters``: ``--adapter`` repeats)."""
     g = p.add_argument_group("model")
     g.add_argument(
         "--model",
@@ -31,7 +31,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="'default' (embedded SmolLM2-135M-Instruct), a .gguf file, a HF folder, a hub id, "
         "or BASE::ADAPTER_DIR (default: %(default)s)",
     )
-    g.add_argument("--adapter", metavar="DIR", help="a LoRA/peft adapter folder applied on the base model")
+    if many_adapters:
+        g.add_argument(
+            "--adapter",
+            metavar="DIR",
+            action="append",
+            help="a sibling's LoRA/peft adapter folder (repeatable; 'none' = the base model itself)",
+        )
+    else:
+        g.add_argument(
+            "--adapter", metavar="DIR", help="a LoRA/peft adapter folder applied on the base model"
+        )
     g.add_argument(
         "--device", default="auto", help="auto (CUDA if available), cpu, cuda:0, ... (default: auto)"
     )
@@ -53,7 +63,7 @@ def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mnemoscope.cli import models_cmd, trace_cmd, validate_cmd
+    from mnemoscope.cli import bench_cmd, models_cmd, trace_cmd, validate_cmd
 
     parser = argparse.ArgumentParser(
         prog="mnemoscope",
@@ -76,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (trace_cmd, models_cmd, validate_cmd):
+    for module in (trace_cmd, bench_cmd, models_cmd, validate_cmd):
         module.register(sub)
     return parser
 

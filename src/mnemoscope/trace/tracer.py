@@ -39,11 +39,16 @@ class Capture:
             ``"all"`` = at every position, ``"none"``.
         attentions: attention weights per layer and head (switches to eager attention
             for the duration of the call).
+        token_stats: per-position statistics of the prompt's own tokens (what likelihood
+            attacks need) without keeping ``[seq vocab]`` arrays: log p of each actual next
+            token, and the mean and standard deviation of log p(z) under each position's
+            distribution (Min-K%++'s mu and sigma; -mu is the entropy).
     """
 
     hidden: HiddenMode = "last"
     logprobs: HiddenMode = "last"
     attentions: bool = False
+    token_stats: bool = False
 
 
 @dataclass
@@ -248,6 +253,8 @@ class Tracer:
         for idx in _batches(len(seqs), self.batch_size):
             batch = [seqs[i] for i in idx]
             keep: int | Literal["all"] = {"none": 0, "last": 1, "all": "all"}[capture.logprobs]  # type: ignore[assignment]
+            if capture.token_stats:
+                keep = "all"
             res = self.forward(batch, hidden=capture.hidden, keep_logits=keep, attentions=capture.attentions)
             out.extend(self._prompt_traces(res, batch, [texts[i] for i in idx], capture))
         return out
@@ -256,10 +263,11 @@ class Tracer:
         self, res: ForwardResult, seqs: list[list[int]], texts: list[str], capture: Capture
     ) -> list[PromptTrace]:
         traces = []
-        logp = res.logits.float().log_softmax(-1) if res.logits is not None else None
         for b, seq in enumerate(seqs):
             pad = res.pads[b]
             fields: dict[str, Any] = {}
+            # one row at a time: a [seq vocab] float block per row, never per batch
+            logp = res.logits[b].float().log_softmax(-1) if res.logits is not None else None
             if res.hidden is not None:
                 if capture.hidden == "all":
                     fields["hidden_all"] = _np(res.hidden[b, :, pad:])
@@ -273,8 +281,11 @@ class Tracer:
                         fields["hidden_prenorm"] = _np(res.prenorm[b])
             if logp is not None:
                 if capture.logprobs == "all":
-                    fields["logprobs_all"] = _np(logp[b, pad:])
-                fields["logprobs"] = _np(logp[b, -1])
+                    fields["logprobs_all"] = _np(logp[pad:])
+                if capture.logprobs != "none":
+                    fields["logprobs"] = _np(logp[-1])
+                if capture.token_stats:
+                    fields.update(_token_stats(logp[pad:], seq))
             if res.attentions is not None:
                 fields["attentions"] = _np(torch.stack([a[b, :, pad:, pad:] for a in res.attentions]))
             traces.append(
@@ -317,6 +328,20 @@ class Tracer:
                         break
                 results.append(cut)
         return results
+
+
+def _token_stats(logp: torch.Tensor, seq: list[int]) -> dict[str, np.ndarray]:
+    """Per-position statistics for positions 0..n-2 (each predicts the next prompt token)."""
+    lp = logp[:-1].double()
+    nxt = torch.tensor(seq[1:], dtype=torch.long, device=lp.device).unsqueeze(-1)
+    p = lp.exp()
+    mu = (p * lp).sum(-1)
+    var = (p * lp.square()).sum(-1) - mu.square()
+    return {
+        "token_logprobs": lp.gather(-1, nxt).squeeze(-1).float().cpu().numpy(),
+        "token_mu": mu.float().cpu().numpy(),
+        "token_sigma": var.clamp(min=0.0).sqrt().float().cpu().numpy(),
+    }
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

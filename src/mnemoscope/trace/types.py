@@ -44,6 +44,9 @@ class PromptTrace:
         hidden_prenorm_all: ``[seq d]`` last block before the final norm, every position (opt-in).
         logprobs_all: ``[seq vocab]`` row ``t`` = log p(next token | tokens[: t + 1]) (opt-in).
         attentions: ``[layer head seq seq]`` attention weights, ``layer`` = L here (opt-in).
+        token_logprobs: ``[seq-1]`` log p(token t+1 | tokens[: t + 1]) (opt-in, ``token_stats``).
+        token_mu: ``[seq-1]`` E_z[log p(z)] under the distribution at position t (= -entropy).
+        token_sigma: ``[seq-1]`` standard deviation of log p(z) under that distribution.
     """
 
     prompt: str
@@ -56,6 +59,9 @@ class PromptTrace:
     hidden_prenorm_all: np.ndarray | None = None
     logprobs_all: np.ndarray | None = None
     attentions: np.ndarray | None = None
+    token_logprobs: np.ndarray | None = None
+    token_mu: np.ndarray | None = None
+    token_sigma: np.ndarray | None = None
 
     @property
     def n_tokens(self) -> int:

@@ -1,0 +1,249 @@
+"""The leaderboard runner: every registered method on the same documents, splits and seeds.
+
+Orchestration only: this module traces documents (through :mod:`mnemoscope.trace`), hands
+the traces to each method (:mod:`mnemoscope.detectors`), and scores the results
+(:mod:`mnemoscope.stats`). Token statistics are cached per (model fingerprint, text variant,
+documents) under ``OUT/cache``, so a re-run after a crash or with more methods recomputes
+nothing it already has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from mnemoscope.bench.datasets import Document, check_binary_labels, truncate_documents
+from mnemoscope.data.records import RecordError
+from mnemoscope.detectors.base import METHODS, MembershipData, MembershipMethod
+from mnemoscope.errors import InputError
+from mnemoscope.features.tokens import TokenStats
+from mnemoscope.models.loader import LoadedModel
+
+__all__ = ["DEFAULT_METHODS", "LeaderboardConfig", "LeaderboardResult", "run_leaderboard"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METHODS = ("loss", "zlib", "lowercase", "min_k_10", "min_k_20", "min_k_pp_10", "min_k_pp_20", "ref")
+
+
+@dataclass(frozen=True)
+class LeaderboardConfig:
+    """Settings of a leaderboard run (all recorded in ``run.json``).
+
+    Attributes:
+        methods: registered method names.
+        seed: seeds bootstrap resampling and CV folds.
+        n_resamples: bootstrap resamples for AUC confidence intervals.
+        n_splits: CV folds for supervised methods (every fitted step inside the folds).
+        max_tokens: documents longer than this (in tokens) are truncated or rejected.
+        long_policy: ``"truncate"`` (with a warning) or ``"reject"``.
+        batch_size: documents per forward pass.
+    """
+
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seed: int = 0
+    n_resamples: int = 1000
+    n_splits: int = 5
+    max_tokens: int = 256
+    long_policy: Literal["truncate", "reject"] = "truncate"
+    batch_size: int = 8
+
+
+@dataclass
+class LeaderboardResult:
+    entries: list[dict[str, Any]]
+    scores: dict[str, dict[str, np.ndarray]]
+    labels: np.ndarray
+    warnings: list[RecordError] = field(default_factory=list)
+
+
+Loader = Callable[[str | None], LoadedModel]
+
+
+def _docs_hash(docs: Sequence[Document]) -> str:
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(d.id.encode())
+        h.update(b"\0")
+        h.update(d.text.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _token_stats(
+    lm: LoadedModel,
+    texts: list[str],
+    cache: Path,
+    variant: str,
+    docs_hash: str,
+    *,
+    batch_size: int,
+    progress: bool,
+) -> list[TokenStats]:
+    """Token statistics of ``texts`` under ``lm``, cached on disk per (model, variant, documents)."""
+    from mnemoscope.trace import Capture, Tracer
+
+    path = cache / f"{lm.info.fingerprint[:16]}-{variant}-{docs_hash}.npz"
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as z:
+            return [TokenStats(z[f"{i}/lp"], z[f"{i}/mu"], z[f"{i}/sigma"]) for i in range(len(texts))]
+    tracer = Tracer(lm, batch_size=batch_size)
+    cap = Capture(hidden="none", logprobs="none", token_stats=True)
+    stats: list[TokenStats] = []
+    bar = tqdm(total=len(texts), desc=f"{lm.info.name} {variant}", unit="doc", disable=not progress)
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        stats.extend(TokenStats.from_trace(t) for t in tracer.trace(chunk, capture=cap))
+        bar.update(len(chunk))
+    bar.close()
+    cache.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    for i, s in enumerate(stats):
+        arrays.update({f"{i}/lp": s.logprobs, f"{i}/mu": s.mu, f"{i}/sigma": s.sigma})
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(path)
+    return stats
+
+
+def _score(
+    method: MembershipMethod, data: MembershipData, config: LeaderboardConfig
+) -> tuple[np.ndarray, str]:
+    """Scores for every document: direct for unsupervised methods, out-of-fold for supervised ones."""
+    if not method.supervised:
+        return np.asarray(method.score(data), dtype=float), "unsupervised"
+    from mnemoscope.stats import cross_val_scores
+
+    cv = cross_val_scores(
+        method.make_estimator(),
+        method.features(data),
+        data.labels,
+        n_splits=config.n_splits,
+        seed=config.seed,
+    )
+    return np.asarray(cv.oof_scores, dtype=float), f"{config.n_splits}-fold CV ({cv.protocol})"
+
+
+def run_leaderboard(
+    documents: Sequence[Document],
+    siblings: Sequence[tuple[str, Loader]],
+    out: str | Path,
+    config: LeaderboardConfig | None = None,
+    *,
+    reference: Loader | None = None,
+    progress: bool = True,
+    provenance: dict[str, Any] | None = None,
+) -> LeaderboardResult:
+    """Evaluate every method of ``config.methods`` on every sibling.
+
+    Args:
+        documents: labelled documents (1 = member).
+        siblings: ``(name, loader)`` pairs; ``loader(None)`` returns the loaded suspect model.
+        out: output folder: ``leaderboard.json`` (a list, one entry per sibling and method),
+            ``leaderboard.md``, ``roc.png``, ``scores/<sibling>.jsonl``, ``run.json``.
+        reference: loader of the reference model for ``ref`` (typically the base model).
+        provenance: extra facts recorded in ``run.json`` (model specs, adapters, data source).
+
+    Returns:
+        A :class:`LeaderboardResult` with the entries and per-document scores.
+    """
+    from mnemoscope.report import leaderboard_markdown, roc_figure
+    from mnemoscope.stats import summarize
+
+    config = config or LeaderboardConfig()
+    out = Path(out)
+    methods = {name: METHODS.build(name) for name in config.methods}
+    needs = set().union(*(m.requires for m in methods.values()))
+    if "reference" in needs and reference is None:
+        raise InputError("method 'ref' needs a reference model (the base model without adapter)")
+    if "pairs" in needs:
+        raise InputError("methods that need paired traces are evaluated by their own commands for now")
+    check_binary_labels(documents)
+    t0 = time.perf_counter()
+    entries: list[dict[str, Any]] = []
+    all_scores: dict[str, dict[str, np.ndarray]] = {}
+    warnings: list[RecordError] = []
+    ref_stats: list[TokenStats] | None = None
+    labels = np.array([d.label for d in documents], dtype=int)
+    identities: dict[str, Any] = {}
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+    for sib_name, load in siblings:
+        lm = load(None)
+        identities[sib_name] = lm.info.to_dict()
+        docs, warn = truncate_documents(documents, lm.tokenizer, config.max_tokens, config.long_policy)
+        if len(docs) != len(documents):
+            raise InputError(
+                f"{len(documents) - len(docs)} document(s) exceed max_tokens={config.max_tokens} "
+                "and long_policy='reject'; first: " + str(warn[0])
+            )
+        warnings += [w for w in warn if w not in warnings]
+        texts = [d.text for d in docs]
+        dh = _docs_hash(docs)
+        kw: dict[str, Any] = {"batch_size": config.batch_size, "progress": progress}
+        data = MembershipData(ids=[d.id for d in docs], texts=texts, labels=labels)
+        data.target = _token_stats(lm, texts, out / "cache", "text", dh, **kw)
+        if "lowercase" in needs:
+            data.lowercase = _token_stats(lm, [t.lower() for t in texts], out / "cache", "lower", dh, **kw)
+        del lm
+        if "reference" in needs:
+            if ref_stats is None:
+                assert reference is not None
+                ref_lm = reference(None)
+                identities["reference"] = ref_lm.info.to_dict()
+                ref_stats = _token_stats(ref_lm, texts, out / "cache", "text", dh, **kw)
+                del ref_lm
+            data.reference = ref_stats
+        sib_scores: dict[str, np.ndarray] = {}
+        for name, method in methods.items():
+            scores, protocol = _score(method, data, config)
+            if not np.all(np.isfinite(scores)):
+                raise InputError(f"method '{name}' produced non-finite scores on {sib_name}")
+            sib_scores[name] = scores
+            summary = summarize(scores, labels, rng=config.seed, n_resamples=config.n_resamples)
+            entries.append({"method": name, "sibling": sib_name, **summary, "protocol": protocol})
+        all_scores[sib_name] = sib_scores
+        with (out / "scores" / f"{sib_name}.jsonl").open("w") as f:
+            for i, d in enumerate(docs):
+                f.write(
+                    json.dumps(
+                        {
+                            "id": d.id,
+                            "label": int(labels[i]),
+                            **{m: float(v[i]) for m, v in sib_scores.items()},
+                        }
+                    )
+                    + "\n"
+                )
+
+    (out / "leaderboard.json").write_text(json.dumps(entries, indent=1) + "\n")
+    (out / "leaderboard.md").write_text(leaderboard_markdown(entries))
+    fig = roc_figure(
+        {s: {m: (v, labels) for m, v in sc.items()} for s, sc in all_scores.items()},
+        title="membership: ROC per model",
+    )
+    fig.savefig(out / "roc.png", dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    run = {
+        "config": asdict(config),
+        "n_documents": len(documents),
+        "documents_hash": _docs_hash(documents),
+        "models": identities,
+        "warnings": [w.to_dict() for w in warnings],
+        "seconds": time.perf_counter() - t0,
+        "python": platform.python_version(),
+        **(provenance or {}),
+    }
+    (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
+    return LeaderboardResult(entries=entries, scores=all_scores, labels=labels, warnings=warnings)
