@@ -320,14 +320,53 @@ class Tracer:
             batch = [seqs[i] for i in idx]
             ids, mask, _, _ = self._pad(batch)
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
-            for row in out[:, ids.shape[1] :].tolist():
-                cut = []
-                for t in row:
-                    cut.append(int(t))
-                    if t in eos:
-                        break
-                results.append(cut)
+            results.extend(_cut_at_eos(row, eos) for row in out[:, ids.shape[1] :].tolist())
         return results
+
+    @torch.no_grad()
+    def sample(
+        self,
+        seqs: Sequence[Sequence[int]],
+        n: int,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> list[list[list[int]]]:
+        """``n`` sampled continuations per sequence (seeded per batch, so reruns reproduce)."""
+        from transformers import GenerationConfig
+
+        if n < 1 or max_new_tokens < 1 or temperature <= 0:
+            raise ValueError("n and max_new_tokens must be >= 1 and temperature > 0")
+        cfg = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            num_return_sequences=n,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids or None,
+        )
+        eos = set(self.eos_ids)
+        results: list[list[list[int]]] = []
+        for b, idx in enumerate(_batches(len(seqs), self.batch_size)):
+            ids, mask, _, _ = self._pad([seqs[i] for i in idx])
+            torch.manual_seed(seed * 100_003 + b)
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+            rows = [_cut_at_eos(r, eos) for r in out[:, ids.shape[1] :].tolist()]
+            results.extend(rows[i * n : (i + 1) * n] for i in range(len(idx)))
+        return results
+
+
+def _cut_at_eos(row: list[int], eos: set[int]) -> list[int]:
+    cut = []
+    for t in row:
+        cut.append(int(t))
+        if t in eos:
+            break
+    return cut
 
 
 def _token_stats(logp: torch.Tensor, seq: list[int]) -> dict[str, np.ndarray]:

@@ -1,0 +1,322 @@
+"""``mnemoscope repcs``: calibrate, score and evaluate retrieval-path KL (RePCS)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mnemoscope.cli.main import add_model_args, load_from_args
+
+
+def _detector_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("score")
+    g.add_argument("--aggregate", choices=["sum", "mean"], default="sum", help="over steps (paper: sum)")
+    g.add_argument(
+        "--direction",
+        choices=["forward", "reverse", "symmetric"],
+        default="forward",
+        help="forward = KL(P_rag || P_para) (paper)",
+    )
+    g.add_argument(
+        "--estimator",
+        choices=["full", "topk"],
+        default="full",
+        help="full-vocabulary KL, or the truncated top-k estimator (what an API's logprobs allow)",
+    )
+    g.add_argument("--k", type=int, default=None, help="top-k for --estimator topk (default: all kept, 20)")
+    g.add_argument("--alpha", type=float, default=0.05, help="target false-positive rate on clean queries")
+    g.add_argument("--delta", type=float, default=0.05, help="confidence of the DKW guarantee")
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tracing")
+    g.add_argument("--input", required=True, metavar="FILE", help="JSONL of {id, context, query, label?}")
+    g.add_argument("--traces", metavar="DIR", help="trace folder (resumable; default: next to --out)")
+    g.add_argument("--template", default="A")
+    g.add_argument("--chat", action="store_true")
+    g.add_argument("--max-new-tokens", "-T", type=int, default=32)
+    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--on-error", choices=["skip", "raise"], default="skip")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "repcs",
+        help="retrieval-path KL: did the retrieved context change the answer?",
+        description="RePCS: Z = KL(P_rag || P_para) over the first T answer positions; "
+        "flag 'memorized' when Z < tau (tau = alpha-quantile of Z on clean queries).",
+    )
+    rs = p.add_subparsers(dest="repcs_command", metavar="SUBCOMMAND")
+
+    c = rs.add_parser("calibrate", help="set tau on clean (label 0 / unlabelled) queries -> calibration JSON")
+    add_model_args(c)
+    _trace_args(c)
+    _detector_args(c)
+    c.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
+    c.set_defaults(func=_calibrate)
+
+    s = rs.add_parser("score", help="score queries against a calibration (JSONL in, JSONL out, resumable)")
+    add_model_args(s)
+    s.add_argument("--calibration", required=True, metavar="FILE")
+    s.add_argument("--input", required=True, metavar="FILE")
+    s.add_argument("--out", required=True, metavar="FILE", help="scores JSONL (re-running resumes)")
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--on-error", choices=["skip", "raise"], default="skip")
+    s.add_argument(
+        "--force", action="store_true", help="score even if the model differs from the calibration's"
+    )
+    s.set_defaults(func=_score)
+
+    e = rs.add_parser(
+        "eval", help="AUC with CI, FPR@95%%TPR, precision@10, held-out FPR vs alpha -> DIR/report.json"
+    )
+    add_model_args(e)
+    _trace_args(e)
+    _detector_args(e)
+    e.add_argument("--out", required=True, metavar="DIR")
+    e.add_argument(
+        "--calibration", metavar="FILE", help="use this tau (default: calibrate on half the clean records)"
+    )
+    e.add_argument("--calibration-fraction", type=float, default=0.5)
+    e.add_argument(
+        "--selfcheck",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run the SelfCheck-style baseline with N no-context samples (slow)",
+    )
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--n-resamples", type=int, default=1000)
+    e.set_defaults(func=_eval)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _detector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from mnemoscope.detectors.repcs import RePCS
+
+    return RePCS(
+        alpha=args.alpha,
+        aggregate=args.aggregate,
+        direction=args.direction,
+        estimator=args.estimator,
+        k=args.k,
+        delta=args.delta,
+        max_steps=None,
+    )
+
+
+def _pair_config(template: str, chat: bool, T: int, answer_without: bool = False):  # type: ignore[no-untyped-def]
+    from mnemoscope.trace import PairConfig, PromptBuilder
+
+    return PairConfig(
+        builder=PromptBuilder(template=template, chat=chat), max_new_tokens=T, answer_without=answer_without
+    )
+
+
+def _traced(args: argparse.Namespace, lm: Any, config: Any, default_dir: Path) -> tuple[list[Any], list[Any]]:
+    """Trace the input file (resumable) and return (records, traces) aligned by id."""
+    from mnemoscope.data import read_records
+    from mnemoscope.errors import InputError
+    from mnemoscope.trace import load_traces
+    from mnemoscope.trace.pipeline import run_pairs
+
+    records, errors = read_records(args.input, on_error=args.on_error)
+    for e in errors:
+        print(f"mnemoscope: skipped {args.input}: {e}", file=sys.stderr)
+    if not records:
+        raise InputError(f"{args.input}: no valid records")
+    folder = Path(args.traces) if getattr(args, "traces", None) else default_dir
+    summary = run_pairs(
+        lm,
+        records,
+        folder,
+        config=config,
+        batch_size=args.batch_size,
+        input_errors=errors,
+        on_error=args.on_error,
+        progress=not args.quiet,
+    )
+    for err in summary.errors[len(errors) :]:
+        print(f"mnemoscope: skipped line {err['line']} (id {err['id']}): {err['message']}", file=sys.stderr)
+    by_id = {t.id: t for t in load_traces(folder)}
+    kept = [r for r in records if r.id in by_id]
+    return kept, [by_id[r.id] for r in kept]
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from mnemoscope.bench.repcs_eval import calibration_hash
+
+    out = Path(args.out)
+    config = _pair_config(args.template, args.chat, args.max_new_tokens)
+    lm = load_from_args(args)
+    records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
+    labels = np.array([0 if r.label is None else r.label for r in records])
+    det = _detector(args).fit(traces, labels)
+    clean = [t for t, y in zip(traces, labels, strict=True) if y == 0]
+    record = det.calibration_record(
+        model=lm.info.to_dict(),
+        pair_config=config.to_dict(),
+        calibration_data_sha256=calibration_hash(clean),
+        input=args.input,
+        n_memorized=int((labels == 1).sum()),
+        empty_context_records=int(sum(t.identical_prompts for t in clean)),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, default=float) + "\n")
+    b = record["bound"]
+    print(
+        f"tau = {record['tau']:.4f} nats (alpha {args.alpha}, n = {record['n']} clean queries, T = {record['T']})"
+    )
+    print(
+        f"guarantee: expected FPR <= alpha (conformal quantile); with prob. {1 - args.delta:.2f} the true FPR <= "
+        f"{b['fpr_upper_bound']:.3f} (empirical {b['empirical_fpr']:.3f} + DKW {b['dkw_epsilon']:.3f})"
+    )
+    if b["paper_required_n"] is not None:
+        print(
+            f"paper bound: n >= 8 gamma^2 T / Delta^2 log(2/eps) = {b['paper_required_n']:.0f} "
+            f"(gamma {b['gamma']:.2f}, Delta {b['delta_gap']:.2f}) -> {'met' if b['paper_bound_satisfied'] else 'NOT met'}"
+        )
+    else:
+        print(f"paper bound: not measured ({b['delta_gap_method']})")
+    print(f"-> {out}")
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from mnemoscope.data import read_records
+    from mnemoscope.detectors.repcs import RePCS
+    from mnemoscope.errors import InputError
+    from mnemoscope.trace import PairConfig, PromptBuilder, Tracer, prepare_pair, trace_prepared
+
+    cal = json.loads(Path(args.calibration).read_text())
+    lm = load_from_args(args)
+    if cal["model"]["fingerprint"] != lm.info.fingerprint and not args.force:
+        raise InputError(
+            f"{args.calibration} was calibrated on {cal['model']['name']} "
+            f"({cal['model']['fingerprint'][:12]}), not {lm.info.name} ({lm.info.fingerprint[:12]}); "
+            "recalibrate or pass --force"
+        )
+    pc = cal["pair_config"]
+    config = PairConfig(
+        builder=PromptBuilder(template=pc["template"], task=pc["task"], chat=pc["chat"]),
+        max_new_tokens=pc["max_new_tokens"],
+        answer_without=False,
+        top_k=pc["top_k"],
+    )
+    det = RePCS(**cal["params"])
+    det.tau_ = float(cal["tau"])
+    out = Path(args.out)
+    done = set()
+    if out.is_file():
+        for line in out.read_text().splitlines():
+            try:
+                done.add(json.loads(line)["id"])
+            except (json.JSONDecodeError, KeyError):
+                continue  # a torn last line: that record is redone
+    records, errors = read_records(args.input, on_error=args.on_error)
+    for e in errors:
+        print(f"mnemoscope: skipped {args.input}: {e}", file=sys.stderr)
+    todo = [r for r in records if r.id not in done]
+    tracer = Tracer(lm, batch_size=args.batch_size)
+    from tqdm.auto import tqdm
+
+    n_bad = 0
+    with out.open("a") as f, tqdm(total=len(todo), desc="repcs score", disable=args.quiet) as bar:
+        for start in range(0, len(todo), args.batch_size):
+            batch, prepared = todo[start : start + args.batch_size], []
+            for r in batch:
+                try:
+                    prepared.append(prepare_pair(tracer, r, config))
+                except InputError as e:
+                    if args.on_error == "raise":
+                        raise InputError(f"line {r.line}: {e}") from e
+                    n_bad += 1
+                    print(f"mnemoscope: skipped line {r.line} (id {r.id}): {e}", file=sys.stderr)
+            traces = trace_prepared(tracer, prepared, config)
+            z = det.z(traces)
+            for t, zi in zip(traces, z, strict=True):
+                f.write(
+                    json.dumps(
+                        {
+                            "id": t.id,
+                            "score": float(-zi),
+                            "kl": float(zi),
+                            "tau": det.tau_,
+                            "memorized": bool(zi < det.tau_),
+                            "n_steps": t.n_steps,
+                            "identical_prompts": t.identical_prompts,
+                            "note": "empty context: Z = 0 by construction, not evidence"
+                            if t.identical_prompts
+                            else None,
+                        }
+                    )
+                    + "\n"
+                )
+            f.flush()
+            bar.update(len(batch))
+    print(f"{len(todo) - n_bad} scored, {len(done)} already done, {n_bad + len(errors)} skipped -> {out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from mnemoscope.bench.repcs_eval import evaluate
+    from mnemoscope.stats import undefined_reason
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = _pair_config(args.template, args.chat, args.max_new_tokens)
+    lm = load_from_args(args)
+    records, traces = _traced(args, lm, config, out / "traces")
+    from mnemoscope.errors import InputError
+
+    if any(r.label is None for r in records):
+        raise InputError(f"{args.input}: every record needs a label (1 = memorized, 0 = clean) for eval")
+    labels = np.array([r.label for r in records])
+    reason = undefined_reason(labels)
+    if reason:
+        raise InputError(f"{args.input}: {reason}: AUC is undefined")
+    calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    samples = None
+    if args.selfcheck:
+        from mnemoscope.trace import Tracer
+
+        tracer = Tracer(lm, batch_size=args.batch_size)
+        ids = [tracer.encode(t.prompt_without, chat=args.chat) for t in traces]
+        sampled = tracer.sample(ids, args.selfcheck, args.max_new_tokens, seed=args.seed)
+        samples = [[lm.tokenizer.decode(s, skip_special_tokens=True) for s in group] for group in sampled]
+    res = evaluate(
+        traces,
+        labels,
+        _detector(args),
+        calibration=calibration,
+        calibration_fraction=args.calibration_fraction,
+        seed=args.seed,
+        n_resamples=args.n_resamples,
+        kinds=[r.extra.get("kind") for r in records],
+        samples=samples,
+    )
+    res.report.update(model=lm.info.to_dict(), input=args.input, pair_config=config.to_dict(), seed=args.seed)
+    (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
+    with (out / "scores.jsonl").open("w") as f:
+        for row in res.rows:
+            f.write(json.dumps(row) + "\n")
+    r = res.report
+    ci = r["roc_auc_ci"]
+    print(
+        f"RePCS on {r['n']} records ({r['n_pos']} memorized / {r['n_neg']} clean): ROC-AUC {r['roc_auc']:.3f} "
+        f"[{ci[0]:.3f}, {ci[1]:.3f}], FPR@95%TPR {r['fpr_at_95_tpr']}, precision@10 {r['precision_at_10']}"
+    )
+    h = r["held_out"]
+    print(
+        f"tau {r['threshold']['tau']:.4f}: held-out realised FPR {h['realised_fpr']} vs alpha {h['target_alpha']} "
+        f"({h['n_clean']} clean); top-k estimator AUC {r['topk_estimator']['roc_auc']}"
+    )
+    print(f"-> {out}/report.json, {out}/scores.jsonl")
+    return 0
