@@ -94,3 +94,22 @@ def test_single_class_and_unknown_method(tiny_folder, tmp_path):
         run_leaderboard(DOCS, [("base", load_base)], tmp_path / "x", LeaderboardConfig(methods=("los",)))
     with pytest.raises(InputError, match="reference model"):
         run_leaderboard(DOCS, [("base", load_base)], tmp_path / "x", LeaderboardConfig(methods=("ref",)))
+
+
+def test_pair_methods_run_in_the_leaderboard(tiny_folder, tmp_path):
+    docs = [
+        Document(id=f"c{i}", text=f"Vell{i} lives in Quen{i}.", label=0, meta={"query": f"Where is Vell{i}?"})
+        for i in range(6)
+    ]
+    docs += [Document(id=f"m{i}", text="", label=1, meta={"query": f"Where is Vell{i}?"}) for i in range(6)]
+
+    def load_base(_):
+        return load_model(str(tiny_folder))
+
+    cfg = LeaderboardConfig(
+        methods=("repcs", "repcs_topk", "closed_book_logprob"), n_resamples=100, pair_max_new_tokens=4
+    )
+    res = run_leaderboard(docs, [("base", load_base)], tmp_path / "lb", cfg, progress=False)
+    by = {e["method"]: e for e in res.entries}
+    assert by["repcs"]["roc_auc"] == 1.0  # empty contexts: Z = 0, the highest score -Z
+    assert set(by) == {"repcs", "repcs_topk", "closed_book_logprob"}

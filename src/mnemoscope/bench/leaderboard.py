@@ -57,6 +57,7 @@ class LeaderboardConfig:
     max_tokens: int = 256
     long_policy: Literal["truncate", "reject"] = "truncate"
     batch_size: int = 8
+    pair_max_new_tokens: int = 32
 
 
 @dataclass
@@ -116,6 +117,38 @@ def _token_stats(
     return stats
 
 
+def _pair_traces(
+    lm: LoadedModel, docs: Sequence[Document], cache: Path, config: LeaderboardConfig, progress: bool
+) -> list[Any]:
+    """Paired traces of the documents: context = the document, query = its ``query`` field, or
+    (when no document has one) a continuation of its first 100 characters (CRM's BookMIA protocol)."""
+    from mnemoscope.data.records import DEFAULT_QUERY_CHARS
+    from mnemoscope.trace import PairConfig, PairItem, PromptBuilder, load_traces
+    from mnemoscope.trace.pipeline import run_pairs
+
+    has_query = all(isinstance(d.meta.get("query"), str) and d.meta["query"].strip() for d in docs)
+    task = "plain" if has_query else "continuation"
+    items = [
+        PairItem(d.id, d.text, d.meta["query"] if has_query else d.text[:DEFAULT_QUERY_CHARS], d.label)
+        for d in docs
+    ]
+    pc = PairConfig(
+        builder=PromptBuilder(template="A", task=task),
+        max_new_tokens=config.pair_max_new_tokens,
+        answer_without=False,
+    )
+    folder = cache / f"pairs-{lm.info.fingerprint[:16]}-{_docs_hash(docs)}"
+    summary = run_pairs(lm, items, folder, config=pc, batch_size=config.batch_size, progress=progress)
+    if summary.errors:
+        first = summary.errors[0]
+        raise InputError(
+            f"{len(summary.errors)} document(s) could not be traced as pairs; first: "
+            f"id {first['id']}: {first['message']}"
+        )
+    by_id = {t.id: t for t in load_traces(folder)}
+    return [by_id[d.id] for d in docs]
+
+
 def _score(
     method: MembershipMethod, data: MembershipData, config: LeaderboardConfig
 ) -> tuple[np.ndarray, str]:
@@ -166,8 +199,6 @@ def run_leaderboard(
     needs = set().union(*(m.requires for m in methods.values()))
     if "reference" in needs and reference is None:
         raise InputError("method 'ref' needs a reference model (the base model without adapter)")
-    if "pairs" in needs:
-        raise InputError("methods that need paired traces are evaluated by their own commands for now")
     check_binary_labels(documents)
     t0 = time.perf_counter()
     entries: list[dict[str, Any]] = []
@@ -191,9 +222,12 @@ def run_leaderboard(
         dh = _docs_hash(docs)
         kw: dict[str, Any] = {"batch_size": config.batch_size, "progress": progress}
         data = MembershipData(ids=[d.id for d in docs], texts=texts, labels=labels)
-        data.target = _token_stats(lm, texts, out / "cache", "text", dh, **kw)
+        if "target" in needs:
+            data.target = _token_stats(lm, texts, out / "cache", "text", dh, **kw)
         if "lowercase" in needs:
             data.lowercase = _token_stats(lm, [t.lower() for t in texts], out / "cache", "lower", dh, **kw)
+        if "pairs" in needs:
+            data.pairs = _pair_traces(lm, docs, out / "cache", config, progress)
         del lm
         if "reference" in needs:
             if ref_stats is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemoscope.detectors.base import MembershipData
 from mnemoscope.detectors.repcs import RePCS, topk_kl
 from mnemoscope.errors import InputError
 from mnemoscope.stats import auc_ci, summarize, threshold_metrics
@@ -44,7 +45,15 @@ def calibration_hash(traces: Sequence[PairTrace]) -> str:
 def closed_book_logprob(traces: Sequence[PairTrace]) -> np.ndarray:
     """Baseline: mean log p(y_t) of the answer on the query-only path (how sure the model is
     of the answer without the context). Higher = memorized."""
-    return np.array([float(np.mean(t.logprob_answer_without)) for t in traces])
+    from mnemoscope.detectors.repcs import ClosedBookLogprob
+
+    data = MembershipData(
+        ids=[t.id for t in traces],
+        texts=[t.context for t in traces],
+        labels=np.zeros(len(traces), dtype=int),
+        pairs=list(traces),
+    )
+    return ClosedBookLogprob().score(data)
 
 
 def consistency_scores(samples: Sequence[Sequence[str]]) -> np.ndarray:

@@ -89,3 +89,7 @@ METHODS.register("min_k_20", f"{_LIK}:MinKAttack", k=0.2)
 METHODS.register("min_k_pp_10", f"{_LIK}:MinKPlusPlusAttack", k=0.1)
 METHODS.register("min_k_pp_20", f"{_LIK}:MinKPlusPlusAttack", k=0.2)
 METHODS.register("ref", f"{_LIK}:ReferenceAttack")
+_REPCS = "mnemoscope.detectors.repcs"
+METHODS.register("repcs", f"{_REPCS}:RePCSMethod")
+METHODS.register("repcs_topk", f"{_REPCS}:RePCSMethod", estimator="topk")
+METHODS.register("closed_book_logprob", f"{_REPCS}:ClosedBookLogprob")

@@ -33,6 +33,7 @@ from mnemoscope.trace.types import PairTrace
 
 __all__ = [
     "Aggregate",
+    "ClosedBookLogprob",
     "Direction",
     "PacBound",
     "RePCS",
@@ -392,3 +393,13 @@ class RePCSMethod(MembershipMethod):
             max_steps=self.max_steps,
         )
         return -det.z(data.require("pairs"))
+
+
+class ClosedBookLogprob(MembershipMethod):
+    """Baseline: mean log p(y_t) of the with-context answer on the query-only path (how sure the
+    model is of that answer without the context). Higher = memorized."""
+
+    requires: ClassVar[frozenset[Requirement]] = frozenset({"pairs"})
+
+    def score(self, data: MembershipData) -> np.ndarray:
+        return np.array([float(np.mean(t.logprob_answer_without)) for t in data.require("pairs")])

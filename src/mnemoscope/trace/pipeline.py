@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.errors import InputError
 from mnemoscope.models.loader import LoadedModel
-from mnemoscope.trace.pair import PairConfig, PreparedPair, prepare_pair, trace_prepared
+from mnemoscope.trace.pair import PairConfig, PairLike, PreparedPair, prepare_pair, trace_prepared
 from mnemoscope.trace.store import TraceWriter
 from mnemoscope.trace.tracer import Tracer, _batches
 
@@ -51,7 +51,7 @@ class RunSummary:
 
 def run_pairs(
     lm: LoadedModel,
-    records: Sequence[Record],
+    records: Sequence[Record] | Sequence[PairLike],
     out: str | Path,
     *,
     config: PairConfig,
@@ -87,8 +87,10 @@ def run_pairs(
             prepared.append(prepare_pair(tracer, r, config))
         except InputError as e:
             if on_error == "raise":
-                raise InputError(f"line {r.line}: {e}") from e
-            errors.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
+                raise InputError(f"line {getattr(r, 'line', None)}: {e}") from e
+            errors.append(
+                {"line": getattr(r, "line", None), "id": r.id, "field": e.field, "message": e.reason}
+            )
 
     bar = tqdm(total=len(prepared), desc="pairs", unit="pair", disable=not progress)
     try:
