@@ -127,3 +127,15 @@ def test_bad_pairs_name_record_and_field():
         trace_pairs(tracer, [PairItem("long", "x" * 80, "q?")], PairConfig(max_new_tokens=4))
     with pytest.raises(InputError, match="max_new_tokens"):
         PairConfig(max_new_tokens=0)
+
+
+def test_online_kl_agrees_with_paired_trace(lm):
+    from mnemoscope.trace.pair import online_kl, prepare_pair
+
+    tracer = Tracer(lm, batch_size=1)
+    cfg = PairConfig(max_new_tokens=6)
+    for item in ITEMS:
+        full = trace_pairs(tracer, [item], cfg)[0]
+        fast = online_kl(tracer, prepare_pair(tracer, item, cfg), 6)
+        np.testing.assert_array_equal(fast.answer_ids, full.answer_ids)
+        np.testing.assert_allclose(fast.kl_steps, full.kl_steps, atol=1e-4)

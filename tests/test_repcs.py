@@ -89,6 +89,7 @@ def test_conformal_quantile_and_guarantees():
     z = np.arange(1, 100, dtype=float)  # n = 99
     assert quantile_threshold(z, 0.05) == 5.0  # k = floor(0.05 * 100) = 5
     assert quantile_threshold(z[:10], 0.05) == float("-inf")  # too few to guarantee 5 %
+    assert quantile_threshold(z, 0.05, "paper") == pytest.approx(np.quantile(z, 0.05))
     # empirical check of P(Z_new < tau) <= alpha over many random calibrations
     rng = np.random.default_rng(1)
     hits = [rng.normal() < quantile_threshold(rng.normal(size=59), 0.1) for _ in range(4000)]

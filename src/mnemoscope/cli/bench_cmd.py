@@ -149,6 +149,27 @@ def _inject(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from mnemoscope.bench.reliance import load_reliance
+    from mnemoscope.bench.verify import verify_reliance
+    from mnemoscope.cli.main import load_from_args
+    from mnemoscope.trace import PairConfig, PromptBuilder
+
+    config = PairConfig(
+        builder=PromptBuilder(template=args.template, chat=args.chat),
+        max_new_tokens=args.max_new_tokens,
+        answer_without=True,
+    )
+    lm = load_from_args(args)
+    res = verify_reliance(
+        lm, load_reliance(), args.out, config, batch_size=args.batch_size, progress=not args.quiet
+    )
+    for kind, c in res["by_kind"].items():
+        print(f"{kind:<24} {c['kept']:>4} / {c['total']:<4} kept")
+    print(f"{res['n_kept']} of {res['n_items']} items survive on {lm.info.name} -> {args.out}/verified.jsonl")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from mnemoscope.bench.leaderboard import DEFAULT_METHODS, LeaderboardConfig, run_leaderboard
     from mnemoscope.errors import InputError

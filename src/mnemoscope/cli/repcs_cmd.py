@@ -29,6 +29,13 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k", type=int, default=None, help="top-k for --estimator topk (default: all kept, 20)")
     g.add_argument("--alpha", type=float, default=0.05, help="target false-positive rate on clean queries")
     g.add_argument("--delta", type=float, default=0.05, help="confidence of the DKW guarantee")
+    g.add_argument(
+        "--quantile",
+        choices=["conformal", "paper"],
+        default="conformal",
+        help="tau rule: conformal order statistic (default, finite-sample guarantee) or the paper's "
+        "np.quantile 'alpha-percentile'",
+    )
 
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
@@ -40,6 +47,11 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", "-T", type=int, default=32)
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--on-error", choices=["skip", "raise"], default="skip")
+    g.add_argument(
+        "--answer-without",
+        action="store_true",
+        help="also generate the closed-book answer (to reuse traces made by 'bench verify')",
+    )
 
 
 def register(sub: Any) -> None:
@@ -152,7 +164,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from mnemoscope.bench.repcs_eval import calibration_hash
 
     out = Path(args.out)
-    config = _pair_config(args.template, args.chat, args.max_new_tokens)
+    config = _pair_config(args.template, args.chat, args.max_new_tokens, args.answer_without)
     lm = load_from_args(args)
     records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
     labels = np.array([0 if r.label is None else r.label for r in records])
@@ -271,7 +283,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = _pair_config(args.template, args.chat, args.max_new_tokens)
+    config = _pair_config(args.template, args.chat, args.max_new_tokens, args.answer_without)
     lm = load_from_args(args)
     records, traces = _traced(args, lm, config, out / "traces")
     from mnemoscope.errors import InputError

@@ -173,8 +173,13 @@ def step_kls(trace: PairTrace, estimator: Estimator = "full", k: int | None = No
     return topk_kl_from_trace(trace, k)
 
 
-def quantile_threshold(z: np.ndarray, alpha: float) -> float:
-    """tau = the k-th smallest calibration score with k = floor(alpha * (n + 1)).
+def quantile_threshold(
+    z: np.ndarray, alpha: float, method: Literal["conformal", "paper"] = "conformal"
+) -> float:
+    """tau = the k-th smallest calibration score with k = floor(alpha * (n + 1)) (``conformal``).
+
+    ``method="paper"`` reproduces the paper's "alpha-quantile / 5th percentile" literally
+    (``np.quantile``, linear interpolation), which carries no finite-sample guarantee.
 
     For a new clean score exchangeable with the n calibration scores (and no ties), the
     rank of Z_new among all n + 1 is uniform, so P(Z_new < tau) = k / (n + 1) <= alpha:
@@ -185,6 +190,8 @@ def quantile_threshold(z: np.ndarray, alpha: float) -> float:
     z = np.sort(np.asarray(z, dtype=np.float64))
     if not 0 < alpha < 1:
         raise InputError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
+    if method == "paper":
+        return float(np.quantile(z, alpha))
     k = math.floor(alpha * (len(z) + 1))
     return float(z[k - 1]) if k >= 1 else float("-inf")
 
@@ -230,6 +237,8 @@ class RePCS(BaseEstimator):
         k: top-k for the ``topk`` estimator (``None`` = all the trace kept, 20 by default).
         delta: confidence parameter of the DKW guarantee.
         epsilon: target false-negative rate in the paper's sample-size bound.
+        quantile: ``"conformal"`` (default; the k-th order statistic with a finite-sample
+            guarantee) or ``"paper"`` (``np.quantile``, as the paper's "5th percentile").
 
     Example:
         >>> det = RePCS(alpha=0.05).fit_scores(np.linspace(1, 10, 99))
@@ -248,6 +257,7 @@ class RePCS(BaseEstimator):
         k: int | None = None,
         delta: float = 0.05,
         epsilon: float = 0.05,
+        quantile: Literal["conformal", "paper"] = "conformal",
     ):
         self.alpha = alpha
         self.aggregate = aggregate
@@ -257,6 +267,7 @@ class RePCS(BaseEstimator):
         self.k = k
         self.delta = delta
         self.epsilon = epsilon
+        self.quantile = quantile
 
     # -- scores -----------------------------------------------------------------------------------
 
@@ -309,7 +320,7 @@ class RePCS(BaseEstimator):
         if not np.all(np.isfinite(clean_z)):
             raise InputError("calibration scores contain NaN or inf")
         n = len(clean_z)
-        self.tau_ = quantile_threshold(clean_z, self.alpha)
+        self.tau_ = quantile_threshold(clean_z, self.alpha, self.quantile)
         emp = float(np.mean(clean_z < self.tau_))
         eps = dkw_epsilon(n, self.delta)
         gap = None

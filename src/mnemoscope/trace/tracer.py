@@ -324,6 +324,30 @@ class Tracer:
         return results
 
     @torch.no_grad()
+    def generate_with_logits(self, seq: Sequence[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+        """Greedy continuation of one sequence and the ``[step vocab]`` logits that chose each token.
+
+        The latency-sensitive path (one request, no padding): RePCS can compare these
+        logits with a single teacher-forced no-context forward instead of re-scoring both paths.
+        """
+        from transformers import GenerationConfig
+
+        cfg = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids or None,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        ids = torch.tensor([list(seq)], dtype=torch.long, device=self.lm.device)
+        out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
+        tokens = _cut_at_eos(out.sequences[0, ids.shape[1] :].tolist(), set(self.eos_ids))
+        logits = torch.stack([step[0] for step in out.logits[: len(tokens)]])
+        return tokens, logits
+
+    @torch.no_grad()
     def sample(
         self,
         seqs: Sequence[Sequence[int]],
