@@ -27,8 +27,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from mnemoscope.bench.reliance import load_reliance
 
+    from mnemoscope.bench.reliance import load_reliance
     from mnemoscope.models import load_model
     from mnemoscope.trace import PairConfig, Tracer, prepare_pair, trace_prepared
     from mnemoscope.trace.pair import PairItem, online_kl
