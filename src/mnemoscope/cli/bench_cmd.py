@@ -49,6 +49,22 @@ def register(sub: Any) -> None:
     i.add_argument("--seed", type=int)
     i.set_defaults(func=_inject)
 
+    v = bsub.add_parser(
+        "verify",
+        help="check context-reliance labels against the model (closed/open book)",
+        description="Run every item of the shipped context-reliance set closed-book and open-book; keep memorized "
+        "items the model answers closed-book and clean items it answers only with the context. "
+        "Writes OUT/verified.jsonl, OUT/verify.json and OUT/traces/ (reusable by 'repcs eval --answer-without').",
+    )
+    add_model_args(v)
+    v.add_argument("--suite", choices=["reliance"], default="reliance")
+    v.add_argument("--out", required=True, metavar="DIR")
+    v.add_argument("--template", default="A")
+    v.add_argument("--chat", action="store_true")
+    v.add_argument("--max-new-tokens", "-T", type=int, default=32)
+    v.add_argument("--batch-size", type=int, default=8)
+    v.set_defaults(func=_verify)
+
     r = bsub.add_parser(
         "run",
         help="evaluate methods on siblings -> leaderboard.json/.md + roc.png",
