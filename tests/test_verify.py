@@ -21,7 +21,13 @@ def test_keep_rule(lm, tmp_path, monkeypatch):
         {"id": "c-unread", "kind": "clean", "label": 0, "context": "c5", "query": "q5", "answer": "E"},
     ]
     # (closed-book correct, open-book correct) per item, decided by which answer is checked
-    truth = {"A": (True, True), "B": (False, True), "C": (False, True), "D": (True, True), "E": (False, False)}
+    truth = {
+        "A": (True, True),
+        "B": (False, True),
+        "C": (False, True),
+        "D": (True, True),
+        "E": (False, False),
+    }
     calls: dict[str, int] = {}
 
     def fake(generation, item):
@@ -30,7 +36,9 @@ def test_keep_rule(lm, tmp_path, monkeypatch):
         return truth[item["answer"]][n % 2]  # first call: closed-book, second: open-book
 
     monkeypatch.setattr(rel, "answer_matches", fake)
-    res = verify_reliance(lm, items, tmp_path, PairConfig(max_new_tokens=3, answer_without=True), progress=False)
+    res = verify_reliance(
+        lm, items, tmp_path, PairConfig(max_new_tokens=3, answer_without=True), progress=False
+    )
     kept = [json.loads(x)["id"] for x in (tmp_path / "verified.jsonl").read_text().splitlines()]
     assert kept == ["m-ok", "c-ok"]
     assert res["by_kind"] == {"clean": {"total": 3, "kept": 1}, "memorized": {"total": 2, "kept": 1}}
