@@ -165,11 +165,9 @@ def evaluate(
         }
     else:
         cal = split_calibration(labels, calibration_fraction, seed)
-        cal_det = RePCS(**detector.get_params()).fit([traces[i] for i in cal], labels[cal])
-        mem = np.flatnonzero(labels == 1)
-        cal_det.fit_scores(
-            z[cal], memorized=z[mem] if len(mem) else None, gamma=cal_det.bound_.gamma, T=cal_det.T_
-        )
+        # tau from the calibration half of the clean records; the memorized ones only estimate Delta
+        fit_idx = np.concatenate([cal, np.flatnonzero(labels == 1)])
+        cal_det = RePCS(**detector.get_params()).fit([traces[i] for i in fit_idx], labels[fit_idx])
         tau = cal_det.tau_
         held = np.setdiff1d(np.arange(len(traces)), cal)
         report["threshold"] = {

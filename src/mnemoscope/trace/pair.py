@@ -207,15 +207,23 @@ def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) 
     return traces
 
 
+def _kl_both(
+    logits_with: torch.Tensor, logits_without: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log p_with, log p_without, KL(with || without), KL(without || with)) per step, in float64."""
+    lw = logits_with.double().log_softmax(-1)
+    lo = logits_without.double().log_softmax(-1)
+    kl = (lw.exp() * (lw - lo)).sum(-1).clamp(min=0.0)
+    kl_rev = (lo.exp() * (lo - lw)).sum(-1).clamp(min=0.0)
+    return lw, lo, kl, kl_rev
+
+
 def _step_stats(
     logits_with: torch.Tensor, logits_without: torch.Tensor, answer: list[int], k: int
 ) -> dict[str, np.ndarray]:
     """Per-step KL, entropies, answer log-probs and top-k from two ``[step vocab]`` logit blocks (float64)."""
-    lw = logits_with.double().log_softmax(-1)
-    lo = logits_without.double().log_softmax(-1)
+    lw, lo, kl, kl_rev = _kl_both(logits_with, logits_without)
     pw, po = lw.exp(), lo.exp()
-    kl = (pw * (lw - lo)).sum(-1).clamp(min=0.0)
-    kl_rev = (po * (lo - lw)).sum(-1).clamp(min=0.0)
     y = torch.tensor(answer, dtype=torch.long, device=lw.device).unsqueeze(-1)
     k = min(k, lw.shape[-1])
     tw, to = lw.topk(k, dim=-1), lo.topk(k, dim=-1)
@@ -254,8 +262,5 @@ def online_kl(tracer: Tracer, prepared: PreparedPair, max_new_tokens: int) -> On
     n = len(answer)
     fo = tracer.forward([prepared.ids_without + answer[:-1]], hidden="none", keep_logits=n)
     assert fo.logits is not None
-    lw = gen_logits.double().log_softmax(-1)
-    lo = fo.logits[0, -n:].double().log_softmax(-1)
-    kl = (lw.exp() * (lw - lo)).sum(-1).clamp(min=0.0)
-    kl_rev = (lo.exp() * (lo - lw)).sum(-1).clamp(min=0.0)
+    _, _, kl, kl_rev = _kl_both(gen_logits, fo.logits[0, -n:])
     return OnlineKL(answer, kl.cpu().numpy(), kl_rev.cpu().numpy())
