@@ -93,3 +93,6 @@ _REPCS = "mnemoscope.detectors.repcs"
 METHODS.register("repcs", f"{_REPCS}:RePCSMethod")
 METHODS.register("repcs_topk", f"{_REPCS}:RePCSMethod", estimator="topk")
 METHODS.register("closed_book_logprob", f"{_REPCS}:ClosedBookLogprob")
+_CRM = "mnemoscope.detectors.crm"
+METHODS.register("crm_lr", f"{_CRM}:CRMMethod", classifier="lr")
+METHODS.register("crm_xgb", f"{_CRM}:CRMMethod", classifier="xgb")

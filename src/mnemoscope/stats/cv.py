@@ -102,7 +102,7 @@ def _check_xy(X: Any, y: npt.ArrayLike, n_splits: int) -> tuple[Any, np.ndarray]
     if isinstance(n_splits, bool) or int(n_splits) != n_splits or int(n_splits) < 2:
         raise InputError(f"n_splits must be an integer >= 2, got {n_splits!r}", field="n_splits")
     labels = _check_labels(y)
-    if not hasattr(X, "iloc"):
+    if not hasattr(X, "iloc") and not hasattr(X, "subset"):
         X = np.asarray(X)
     if len(X) != labels.size:
         raise InputError(f"X and y differ in length: {len(X)} vs {labels.size}")
@@ -119,7 +119,12 @@ def _check_xy(X: Any, y: npt.ArrayLike, n_splits: int) -> tuple[Any, np.ndarray]
 
 
 def _take(X: Any, idx: np.ndarray) -> Any:
-    return X.iloc[idx] if hasattr(X, "iloc") else X[idx]
+    """Rows of X: DataFrames by ``iloc``, sample containers (e.g. ``CRMData``) by ``subset``."""
+    if hasattr(X, "iloc"):
+        return X.iloc[idx]
+    if hasattr(X, "subset"):
+        return X.subset(idx)
+    return X[idx]
 
 
 def _seeded_clone(estimator: Any, seed: int) -> Any:

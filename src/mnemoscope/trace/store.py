@@ -27,13 +27,13 @@ from typing import Any, Literal
 import numpy as np
 
 from mnemoscope.errors import TraceStoreError
-from mnemoscope.trace.types import PairTrace, PromptTrace
+from mnemoscope.trace.types import CRMExtras, PairTrace, PromptTrace
 
 __all__ = ["TraceSet", "TraceWriter", "load_traces", "save_traces"]
 
 FORMAT = 1
-Kind = Literal["pair", "prompt"]
-_CLASSES: dict[str, type[Any]] = {"pair": PairTrace, "prompt": PromptTrace}
+Kind = Literal["pair", "prompt", "crm_extras"]
+_CLASSES: dict[str, type[Any]] = {"pair": PairTrace, "prompt": PromptTrace, "crm_extras": CRMExtras}
 
 
 def _encode(trace: Any, row: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import numpy as np
 
-__all__ = ["Array", "PairTrace", "PromptTrace"]
+__all__ = ["Array", "CRMExtras", "PairTrace", "PromptTrace"]
 
 # A numpy array annotated with its dimension names, e.g. Array["layer d"]; documentation only.
 Array = Annotated[np.ndarray, "shape"]
@@ -150,3 +150,33 @@ class PairTrace:
         if self.h_with is None or self.h_without is None:
             raise ValueError(f"pair {self.id}: hidden states were not captured")
         return self.h_with - self.h_without
+
+
+@dataclass(frozen=True)
+class CRMExtras:
+    """Per-record arrays CRM's baselines need beyond the pair trace (``mnemoscope crm extract``).
+
+    Attributes:
+        id: the record id (matches the pair trace).
+        logit_lens_kl: ``[layer]`` KL(p_with || p_without) of the logit lens at the last
+            prompt token: each layer's state through the final norm and the LM head
+            (row L is already normed).
+        attn_flow: ``[L]`` attention mass from the last prompt token to the context tokens,
+            summed over context positions and averaged over heads, per layer.
+        n_context_tokens: how many prompt tokens the context occupies.
+        static_hidden: ``[d]`` final-layer (post-norm) state at the last token of the
+            document alone, without any prompt (the static MIA baseline).
+        doc_token_logprobs, doc_token_mu, doc_token_sigma: ``[seq-1]`` token statistics of
+            the document alone (the likelihood baselines).
+        grad_norm: ``[layer]`` ||d NLL(answer | c, q) / d h_l|| over all positions (optional).
+    """
+
+    id: str
+    logit_lens_kl: np.ndarray | None = None
+    attn_flow: np.ndarray | None = None
+    n_context_tokens: int | None = None
+    static_hidden: np.ndarray | None = None
+    doc_token_logprobs: np.ndarray | None = None
+    doc_token_mu: np.ndarray | None = None
+    doc_token_sigma: np.ndarray | None = None
+    grad_norm: np.ndarray | None = None

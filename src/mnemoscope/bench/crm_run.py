@@ -1,0 +1,230 @@
+"""CRM end to end: extract -> evaluate -> causal analyses -> report files; and fitting.
+
+The CLI (``mnemoscope crm ...``) and the benchmark scripts call these functions.
+
+Files written by :func:`run_eval` into ``out``::
+
+    traces/            the CRM folder of template A (or the chosen template)
+    traces-<T>/        the prompt-control folders of the other templates
+    report.json        one entry per method (roc_auc, roc_auc_ci, ...), protocol, analyses
+    report.md          the paper's Tables 1-6 analogues
+    layer_auc.png, lts_trajectory.png, roc.png, noise.png
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate, run_method
+from mnemoscope.bench.crm_extract import CRMExtractConfig, CRMFolder, extract, load_folder
+from mnemoscope.data.records import Record, RecordError
+from mnemoscope.detectors.crm import ClassifierKind, crm_pipeline
+from mnemoscope.detectors.crm_artifact import FittedCRM, from_pipeline, save_crm
+from mnemoscope.errors import InputError
+from mnemoscope.models.loader import LoadedModel
+from mnemoscope.trace.store import _write_json_atomic
+
+__all__ = ["fit_artifact", "run_eval", "write_report"]
+
+log = logging.getLogger(__name__)
+
+
+def _save_fig(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def write_report(report: dict[str, Any], out: str | Path, *, title: str = "CRM evaluation") -> None:
+    """report.json, report.md and the figures of one evaluation."""
+    from mnemoscope.report import roc_figure
+    from mnemoscope.report.crm import crm_markdown, layer_auc_figure, lts_trajectory_figure, noise_figure
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(out / "report.json", report)
+    (out / "report.md").write_text(crm_markdown(report, title))
+    a = report.get("analyses", {})
+    if a.get("layer_sweep", {}).get("layers"):
+        _save_fig(layer_auc_figure({title: a["layer_sweep"]}), out / "layer_auc.png")
+    if a.get("lts_trajectories", {}).get("layers"):
+        _save_fig(lts_trajectory_figure(a["lts_trajectories"]), out / "lts_trajectory.png")
+    if a.get("causal", {}).get("noise"):
+        _save_fig(noise_figure(a["causal"]), out / "noise.png")
+    sc = report.get("oof_scores", {})
+    if sc:
+        y = np.asarray(sc["labels"])
+        best = (report.get("best_likelihood") or {}).get("method")
+        panel = {
+            m: (np.asarray(sc[m]), y)
+            for m in ("crm_lr", "crm_xgb", "crm_l3_lr", "l1l2_lr", "raw_pca8_diff")
+            if m in sc
+        }
+        if best and best in report and "oof_scores" in report:
+            pass  # likelihood scores are not cross-validated; their AUC is in the table
+        if panel:
+            _save_fig(roc_figure({title: panel}), out / "roc.png")
+
+
+def run_eval(
+    lm: LoadedModel,
+    records: Sequence[Record],
+    out: str | Path,
+    *,
+    extract_config: CRMExtractConfig | None = None,
+    eval_config: CRMEvalConfig | None = None,
+    input_errors: Sequence[RecordError] = (),
+    templates: Sequence[str] = (),
+    causal: bool = True,
+    same_topic: bool = True,
+    overwrite: bool = False,
+    progress: bool = True,
+    title: str = "CRM evaluation",
+) -> dict[str, Any]:
+    """Extract (resumable), evaluate every method and analysis, write the report files."""
+    from mnemoscope.bench.crm_causal import causal_analyses, vocab_back_projection
+
+    ec = (extract_config or CRMExtractConfig()).resolved(lm)
+    c = eval_config or CRMEvalConfig()
+    out = Path(out)
+    info = extract(
+        lm, records, out / "traces", ec, input_errors=input_errors, overwrite=overwrite, progress=progress
+    )
+    folder = load_folder(out / "traces")
+    template_data = {ec.template: folder.data}
+    for t in templates:
+        if t == ec.template:
+            continue
+        tc = replace(ec, template=t, attention_flow=False, static=False, logit_lens=False)
+        extract(lm, records, out / f"traces-{t}", tc, overwrite=overwrite, progress=progress)
+        template_data[t] = load_folder(out / f"traces-{t}", keep_without=False).data
+    ctx_emb = None
+    if same_topic and ec.embedder != "none":
+        from mnemoscope.features.embedding import load_embedder
+
+        ctx_emb = load_embedder(ec.embedder).encode([p.context for p in folder.pairs])
+    report = evaluate(
+        folder.data,
+        c,
+        token_stats=folder.token_stats,
+        texts=[p.context for p in folder.pairs],
+        template_data=template_data if len(template_data) > 1 else None,
+        context_embeddings=ctx_emb,
+        progress=progress,
+    )
+    report["model"] = lm.info.to_dict()
+    report["extract"] = {k: v for k, v in info.items() if k != "model"}
+    best_layers = report["analyses"].get("layer_sweep", {}).get("best") or []
+    if causal and not best_layers:
+        report["analyses"]["causal"] = {"error": "no layer sweep, so no peak layer to perturb"}
+    elif causal:
+        peak = best_layers[0]
+        peak = max(1, min(int(peak), lm.info.n_layers))
+        report["analyses"]["causal"] = causal_analyses(
+            lm,
+            folder.pairs,
+            folder.data,
+            c,
+            peak_layer=peak,
+            batch_size=ec.batch_size,
+            chat=bool(ec.chat),
+            progress=progress,
+        )
+    try:
+        report["analyses"]["vocab"] = vocab_back_projection(lm, folder.data, c)
+    except InputError as e:
+        report["analyses"]["vocab"] = {"error": e.reason}
+    write_report(report, out, title=title)
+    return report
+
+
+def fit_artifact(
+    folder: CRMFolder,
+    out: str | Path,
+    *,
+    classifier: ClassifierKind | str = "lr",
+    eval_config: CRMEvalConfig | None = None,
+    levels: Sequence[str] | None = None,
+    cv: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> FittedCRM:
+    """Fit CRM on every sample of a CRM folder and save the artefact.
+
+    With ``cv=True`` the leakage-free CV AUC of the same pipeline is measured first and
+    stored in the artefact's ``metrics``. ``classifier="none"`` fits directions and
+    calibration statistics only (unlabelled data; the audit's anomaly rule needs no labels).
+    """
+    c = eval_config or CRMEvalConfig()
+    data = folder.data
+    has_l1 = "l1_embed_dist" in data.surface_names
+    lv = tuple(levels) if levels else (("l1", "l2", "l3") if has_l1 else ("l2", "l3"))
+    kw = {"direction": c.direction, "selection": c.selection, "variance_threshold": c.variance_threshold}
+    settings = {
+        "levels": list(lv),
+        **kw,
+        "kl_split": None,
+        "extract": folder.meta.get("settings", {}),
+        "eval": asdict(c),
+    }
+    metrics: dict[str, Any] = {}
+    if classifier == "none":
+        from mnemoscope.detectors.crm import LTSProjector
+
+        if c.direction == "mean_diff":
+            raise InputError(
+                "the mean-difference direction needs labels; use --direction pc with --classifier none"
+            )
+        proj = LTSProjector(**kw).fit(data)  # type: ignore[arg-type]
+        art = FittedCRM(
+            layers=proj.layers_,
+            directions=proj.directions_,
+            lts_mean=np.asarray(proj.lts_mean_),
+            lts_std=np.asarray(proj.lts_std_),
+            surface_names=(),
+            scaler_mean=None,
+            scaler_scale=None,
+            classifier="none",
+            model=folder.meta["model"],
+            settings=settings,
+            metrics={"n": len(data)},
+        )
+        save_crm(art, out)
+        return art
+    if data.labels is None:
+        raise InputError("fitting a classifier needs a label on every record", field="label")
+    y = np.asarray(data.labels)
+    pipe = crm_pipeline(classifier=classifier, levels=lv, **kw)  # type: ignore[arg-type]
+    if cv:
+        res = run_method(pipe, data, y, replace(c, protocol="leakage-free"))
+        metrics = {
+            "cv_roc_auc": res.auc.estimate,
+            "cv_roc_auc_ci": [res.auc.ci_low, res.auc.ci_high],
+            "protocol": res.protocol,
+        }
+    metrics["n"] = len(y)
+    pipe.set_params(clf__random_state=c.seed)
+    pipe.fit(data, y)
+    art = from_pipeline(pipe, model=folder.meta["model"], settings=settings, metrics=metrics)
+    save_crm(art, out)
+    return art
+
+
+def load_reports(paths: Sequence[str | Path]) -> dict[str, dict[str, Any]]:
+    """``{label: report}`` from report.json files or folders holding one."""
+    out = {}
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            path = path / "report.json"
+        if not path.is_file():
+            raise InputError(f"no report.json at {p}")
+        out[path.parent.name] = json.loads(path.read_text())
+    return out
