@@ -132,12 +132,14 @@ def _pair_traces(
         PairItem(d.id, d.text, d.meta["query"] if has_query else d.text[:DEFAULT_QUERY_CHARS], d.label)
         for d in docs
     ]
+    # instruct models need their chat template: without it SmolLM2-Instruct ends its turn at once
+    chat = bool(lm.info.has_chat_template)
     pc = PairConfig(
-        builder=PromptBuilder(template="A", task=task),
+        builder=PromptBuilder(template="A", task=task, chat=chat),
         max_new_tokens=config.pair_max_new_tokens,
         answer_without=False,
     )
-    folder = cache / f"pairs-{lm.info.fingerprint[:16]}-{_docs_hash(docs)}"
+    folder = cache / f"pairs-{lm.info.fingerprint[:16]}-{_docs_hash(docs)}{'-chat' if chat else ''}"
     summary = run_pairs(lm, items, folder, config=pc, batch_size=config.batch_size, progress=progress)
     if summary.errors:
         first = summary.errors[0]
