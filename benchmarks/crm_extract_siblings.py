@@ -49,11 +49,15 @@ def main() -> None:
                 attention_flow=full,
                 static=full,
                 logit_lens=full,
+                gradient_norm=full,
             )
             t0 = time.perf_counter()
             info = extract(lm, recs, f"{args.out}/{sib}-{tmpl}", cfg)
-            print(f"{sib}-{tmpl}: {info['n_traced']} traced, {info['n_errors']} errors, "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"{sib}-{tmpl}: {info['n_traced']} traced, {info['n_errors']} errors, "
+                f"{time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

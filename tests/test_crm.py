@@ -208,7 +208,7 @@ def test_methods_list_respects_extras():
     data = synthetic()
     names = [m.name for m in crm_methods(CRMEvalConfig(), data)]
     assert {"crm_lr", "crm_xgb", "static_mia_lr", "logit_lens_lr"} <= set(names)
-    assert "attn_flow_lr" not in names and "grad_norm_lr" not in names
+    assert "attn_flow_lr" not in names and "grad_norm_lr" not in names  # not extracted here
 
 
 def test_evaluate_report_contract():
@@ -298,6 +298,7 @@ def test_extract_folder(tiny_crm):
     assert ex["attn_flow"].shape == (12, lm.info.n_layers)
     assert np.all((ex["attn_flow"] >= 0) & (ex["attn_flow"] <= 1 + 1e-5))
     assert ex["static_hidden"].shape == (12, lm.info.hidden_size)
+    assert ex["grad_norm"].shape == (12, lm.info.n_layers + 1) and np.all(ex["grad_norm"] > 0)
     assert folder.token_stats is not None and len(folder.token_stats) == 12
     assert d.surface_names == KL_FEATURES  # embedder none: no Level 1
 
@@ -310,7 +311,7 @@ def test_extract_resumes_and_rejects_other_settings(tiny_crm):
     again = extract(
         lm, recs, out, CRMExtractConfig(max_new_tokens=4, batch_size=4, embedder="none"), progress=False
     )
-    assert again["n_extras_computed"] == 0
+    assert again["n_extras_computed"] == 0 and again["n_gradients_computed"] == 0
     with pytest.raises(TraceStoreError, match="other settings"):
         extract(
             lm, recs, out, CRMExtractConfig(template="B", max_new_tokens=4, embedder="none"), progress=False
@@ -424,7 +425,8 @@ def test_cli_eval_fit_contract(tmp_path, tiny_folder, capsys):
     assert "line 13" in err and "context" in err
     rep = json.loads((out / "report.json").read_text())
     assert rep["protocol"] == "leakage-free"
-    for m in ("crm_lr", "l1l2_lr", "lts_mean", "l2_multilayer", "raw_final_diff", "static_mia_lr", "loss"):
+    for m in ("crm_lr", "l1l2_lr", "lts_mean", "l2_multilayer", "raw_final_diff", "static_mia_lr", "loss",
+              "logit_lens_lr", "attn_flow_lr", "grad_norm_lr"):  # fmt: skip
         assert "roc_auc" in rep[m] and "roc_auc_ci" in rep[m]
     assert (out / "report.md").read_text().startswith("# CRM on")
     assert (out / "layer_auc.png").is_file() and (out / "roc.png").is_file()

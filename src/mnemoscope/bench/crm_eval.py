@@ -240,6 +240,7 @@ def evaluate(
     texts: list[str] | None = None,
     template_data: Mapping[str, CRMData] | None = None,
     context_embeddings: np.ndarray | None = None,
+    analyses: bool = True,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Every method and non-causal analysis; returns the report dict (see ``crm eval``).
@@ -249,6 +250,7 @@ def evaluate(
         token_stats, texts: document token statistics and texts for the likelihood baselines.
         template_data: CRM data of the same records under other templates (prompt control).
         context_embeddings: ``[n dim]`` embeddings of the contexts (same-topic control).
+        analyses: ``False`` = the methods only (no controls or layer analyses).
     """
     from tqdm.auto import tqdm
 
@@ -310,6 +312,8 @@ def evaluate(
         report["best_likelihood"] = {"method": best, "roc_auc": report[best]["roc_auc"]}
 
     # -- analyses (paper tables 2-6, appendices D, H, I, K, U) ----------------------------------
+    if not analyses:
+        return report
     a: dict[str, Any] = {}
     proj = LTSProjector(direction="pc", selection=c.selection, variance_threshold=c.variance_threshold).fit(
         data, y

@@ -60,6 +60,9 @@ class CRMExtractConfig:
             attention-flow baseline.
         static: trace each context alone (static MIA + likelihood baselines).
         logit_lens: compute the logit-lens KL per layer.
+        gradient_norm: one forward + backward per record for the gradient-norm baseline:
+            ``||d log p(answer | c, q) / d h_l||`` at the last prompt token, every layer
+            (stored apart, in ``grad/``).
         embedder: Level-1 sentence encoder spec (``"default"`` = packaged all-MiniLM-L6-v2;
             ``"none"`` skips Level 1).
     """
@@ -72,6 +75,7 @@ class CRMExtractConfig:
     attention_flow: bool = True
     static: bool = True
     logit_lens: bool = True
+    gradient_norm: bool = True
     embedder: str = "default"
 
     def resolved(self, lm: LoadedModel) -> CRMExtractConfig:
@@ -240,6 +244,43 @@ def _run_extras(
     return len(todo)
 
 
+def _run_gradients(
+    lm: LoadedModel,
+    pairs: list[PairTrace],
+    folder: Path,
+    config: CRMExtractConfig,
+    progress: bool,
+    overwrite: bool,
+) -> int:
+    from mnemoscope.trace.gradients import gradient_batch
+
+    writer = TraceWriter(
+        folder,
+        kind="crm_extras",
+        model=lm.info.to_dict(),
+        settings={"gradient_norm": "last prompt token", "pairs": config.pair_config().to_dict()},
+        overwrite=overwrite,
+    )
+    todo = [p for p in pairs if p.id not in writer.done_ids and p.answer_ids.size > 0]
+    if not todo:
+        return 0
+    tracer = Tracer(lm, batch_size=config.batch_size)
+    chat = bool(config.chat)
+    bar = tqdm(total=len(todo), desc="crm gradients", unit="rec", disable=not progress)
+    try:
+        for idx in _batches(len(todo), config.batch_size):
+            batch = [todo[i] for i in idx]
+            g = gradient_batch(
+                lm, [(tracer.encode(p.prompt_with, chat=chat), p.answer_ids.tolist()) for p in batch]
+            )
+            norms = np.linalg.norm(g.grad, axis=-1).astype(np.float32)
+            writer.write([CRMExtras(id=p.id, grad_norm=norms[b]) for b, p in enumerate(batch)])
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    return len(todo)
+
+
 def _run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: bool) -> Path | None:
     if spec == "none":
         return None
@@ -306,6 +347,9 @@ def extract(
             f"no record could be traced ({summary.n_errors} errors; see {out / 'pairs' / 'errors.jsonl'})"
         )
     n_extras = _run_extras(lm, pairs, out / "extras", config, progress, overwrite)
+    n_grad = (
+        _run_gradients(lm, pairs, out / "grad", config, progress, overwrite) if config.gradient_norm else 0
+    )
     if overwrite or summary.n_traced:
         # embeddings are keyed by id only: stale as soon as any pair is (re)traced
         for old in (out / "embeddings").glob("*.npz"):
@@ -319,6 +363,7 @@ def extract(
         "n_errors": summary.n_errors,
         "errors": summary.errors,
         "n_extras_computed": n_extras,
+        "n_gradients_computed": n_grad,
         "embeddings": None if emb_path is None else emb_path.name,
     }
     _write_json_atomic(out / "extract.json", info)
@@ -363,10 +408,14 @@ def load_folder(
             sel = [rows[p.id] for p in pairs]
             embeddings = (z["with"][sel], z["without"][sel])
     extras: dict[str, np.ndarray] = {}
+    if (folder / "grad" / "meta.json").is_file():
+        grads = {e.id: e.grad_norm for e in load_traces(folder / "grad")}
+        if all(p.id in grads for p in pairs):
+            extras["grad_norm"] = np.stack([grads[p.id] for p in pairs])
     token_stats: list[TokenStats] | None = None
     ex = [extras_by_id.get(p.id) for p in pairs]
     if ex and all(e is not None for e in ex):
-        for key in ("logit_lens_kl", "attn_flow", "static_hidden", "grad_norm"):
+        for key in ("logit_lens_kl", "attn_flow", "static_hidden"):
             vals = [getattr(e, key) for e in ex]
             if all(v is not None for v in vals):
                 extras[key] = np.stack(vals)

@@ -103,7 +103,9 @@ def run_eval(
     for t in templates:
         if t == ec.template:
             continue
-        tc = replace(ec, template=t, attention_flow=False, static=False, logit_lens=False)
+        tc = replace(
+            ec, template=t, attention_flow=False, static=False, logit_lens=False, gradient_norm=False
+        )
         extract(lm, records, out / f"traces-{t}", tc, overwrite=overwrite, progress=progress)
         template_data[t] = load_folder(out / f"traces-{t}", keep_without=False).data
     ctx_emb = None

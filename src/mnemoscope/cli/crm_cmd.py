@@ -50,6 +50,9 @@ def _extract_args(p: argparse.ArgumentParser, *, with_input: bool = True) -> Non
     g.add_argument(
         "--no-static", action="store_true", help="skip the document-alone pass (static MIA, likelihood)"
     )
+    g.add_argument(
+        "--no-gradient-norm", action="store_true", help="skip the forward+backward of the gradient-norm baseline"
+    )
     g.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
 
 
@@ -117,6 +120,7 @@ def _read(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         batch_size=args.batch_size,
         attention_flow=not args.no_attention_flow,
         static=not args.no_static,
+        gradient_norm=not args.no_gradient_norm,
         embedder=args.embedder,
     )
     return records, errors, cfg

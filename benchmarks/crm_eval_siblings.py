@@ -1,0 +1,92 @@
+"""Evaluate CRM on extracted sibling folders (after benchmarks/crm_extract_siblings.py).
+
+    python benchmarks/crm_eval_siblings.py --cache benchmarks/results/crm/cache \
+        --out benchmarks/results/crm [--sibling weak strong positive] [--no-causal]
+
+For each sibling: the leakage-free report (every method and analysis, the causal ones with
+the sibling loaded), the paper-protocol methods, written to ``<out>/<sibling>/`` (and
+``<out>/<sibling>/paper/``); then a comparison of all siblings in ``<out>/comparison``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from mnemoscope.bench.crm_causal import causal_analyses, vocab_back_projection
+from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate
+from mnemoscope.bench.crm_extract import load_folder
+from mnemoscope.bench.crm_run import write_report
+from mnemoscope.features.embedding import load_embedder
+from mnemoscope.models import load_model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cache", default="benchmarks/results/crm/cache")
+    ap.add_argument("--out", default="benchmarks/results/crm")
+    ap.add_argument("--runs", default="runs")
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--adapter-prefix", default="membership-")
+    ap.add_argument("--sibling", nargs="+", default=["weak", "strong", "positive"])
+    ap.add_argument("--no-causal", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg = CRMEvalConfig()
+    emb = load_embedder("default")
+    for sib in args.sibling:
+        t0 = time.perf_counter()
+        cache = Path(args.cache)
+        folder = load_folder(cache / f"{sib}-A")
+        templates = {"A": folder.data}
+        for t in "BCD":
+            if (cache / f"{sib}-{t}" / "extract.json").is_file():
+                templates[t] = load_folder(cache / f"{sib}-{t}", keep_without=False).data
+        ctx = emb.encode([p.context for p in folder.pairs])
+        texts = [p.context for p in folder.pairs]
+        rep = evaluate(
+            folder.data,
+            cfg,
+            token_stats=folder.token_stats,
+            texts=texts,
+            template_data=templates if len(templates) > 1 else None,
+            context_embeddings=ctx,
+        )
+        adapter = None if sib == "base" else f"{args.runs}/{args.adapter_prefix}{sib}"
+        lm = load_model(args.model, adapter=adapter)
+        rep["model"] = lm.info.to_dict()
+        rep["extract"] = folder.meta
+        if not args.no_causal:
+            peak = max(1, min(int(rep["analyses"]["layer_sweep"]["best"][0]), lm.info.n_layers))
+            chat = bool(folder.meta["settings"]["chat"])
+            rep["analyses"]["causal"] = causal_analyses(
+                lm, folder.pairs, folder.data, cfg, peak_layer=peak, chat=chat
+            )
+        rep["analyses"]["vocab"] = vocab_back_projection(lm, folder.data, cfg)
+        rep["seconds"] = time.perf_counter() - t0
+        write_report(rep, Path(args.out) / sib, title=f"CRM on {lm.info.name} + {sib} sibling")
+        paper = evaluate(
+            folder.data,
+            replace(cfg, protocol="paper"),
+            token_stats=folder.token_stats,
+            texts=texts,
+            analyses=False,
+        )
+        paper["model"] = rep["model"]
+        write_report(paper, Path(args.out) / sib / "paper", title=f"CRM (paper protocol) on {sib} sibling")
+        print(
+            json.dumps({sib: {m: rep[m]["roc_auc"] for m in ("crm_lr", "crm_xgb", "crm_l3_lr", "l1l2_lr")}}),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
