@@ -268,10 +268,14 @@ def test_artifact_tamper_detected(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_crm(lm, tmp_path_factory):
+def tiny_crm(tmp_path_factory):
+    from helpers import tiny_lm
     from mnemoscope.bench.crm_extract import CRMExtractConfig, extract, load_folder
     from mnemoscope.data.records import Record
 
+    # a private model: asking for attention weights makes transformers install permanent
+    # output-recording hooks, which must not leak into the shared `lm` fixture
+    lm = tiny_lm("llama")
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "zeta"]
     recs = [
@@ -286,7 +290,7 @@ def tiny_crm(lm, tmp_path_factory):
 
 
 def test_extract_folder(tiny_crm):
-    lm, recs, out, info, folder = tiny_crm
+    lm, _, _, info, folder = tiny_crm
     assert info["n_traced"] == 12 and info["settings"]["chat"] is True  # tiny tokenizer has a chat template
     d = folder.data
     assert d.disp.shape == (12, lm.info.n_layers + 1, lm.info.hidden_size)

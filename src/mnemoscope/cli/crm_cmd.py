@@ -51,7 +51,9 @@ def _extract_args(p: argparse.ArgumentParser, *, with_input: bool = True) -> Non
         "--no-static", action="store_true", help="skip the document-alone pass (static MIA, likelihood)"
     )
     g.add_argument(
-        "--no-gradient-norm", action="store_true", help="skip the forward+backward of the gradient-norm baseline"
+        "--no-gradient-norm",
+        action="store_true",
+        help="skip the forward+backward of the gradient-norm baseline",
     )
     g.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
 

@@ -96,3 +96,5 @@ METHODS.register("closed_book_logprob", f"{_REPCS}:ClosedBookLogprob")
 _CRM = "mnemoscope.detectors.crm"
 METHODS.register("crm_lr", f"{_CRM}:CRMMethod", classifier="lr")
 METHODS.register("crm_xgb", f"{_CRM}:CRMMethod", classifier="xgb")
+_RADAR = "mnemoscope.detectors.radar"
+METHODS.register("radar", f"{_RADAR}:RadarMethod")
