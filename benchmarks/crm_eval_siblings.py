@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--adapter-prefix", default="membership-")
     ap.add_argument("--sibling", nargs="+", default=["weak", "strong", "positive"])
     ap.add_argument("--no-causal", action="store_true")
+    ap.add_argument("--tag", default="", help="prefix of the cache and output folders (e.g. gemma-)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -45,11 +46,11 @@ def main() -> None:
     for sib in args.sibling:
         t0 = time.perf_counter()
         cache = Path(args.cache)
-        folder = load_folder(cache / f"{sib}-A")
+        folder = load_folder(cache / f"{args.tag}{sib}-A")
         templates = {"A": folder.data}
         for t in "BCD":
-            if (cache / f"{sib}-{t}" / "extract.json").is_file():
-                templates[t] = load_folder(cache / f"{sib}-{t}", keep_without=False).data
+            if (cache / f"{args.tag}{sib}-{t}" / "extract.json").is_file():
+                templates[t] = load_folder(cache / f"{args.tag}{sib}-{t}", keep_without=False).data
         ctx = emb.encode([p.context for p in folder.pairs])
         texts = [p.context for p in folder.pairs]
         rep = evaluate(
@@ -72,7 +73,7 @@ def main() -> None:
             )
         rep["analyses"]["vocab"] = vocab_back_projection(lm, folder.data, cfg)
         rep["seconds"] = time.perf_counter() - t0
-        write_report(rep, Path(args.out) / sib, title=f"CRM on {lm.info.name} + {sib} sibling")
+        write_report(rep, Path(args.out) / f"{args.tag}{sib}", title=f"CRM on {lm.info.name} + {sib} sibling")
         paper = evaluate(
             folder.data,
             replace(cfg, protocol="paper"),
@@ -81,7 +82,11 @@ def main() -> None:
             analyses=False,
         )
         paper["model"] = rep["model"]
-        write_report(paper, Path(args.out) / sib / "paper", title=f"CRM (paper protocol) on {sib} sibling")
+        write_report(
+            paper,
+            Path(args.out) / f"{args.tag}{sib}" / "paper",
+            title=f"CRM (paper protocol) on {sib} sibling",
+        )
         print(
             json.dumps({sib: {m: rep[m]["roc_auc"] for m in ("crm_lr", "crm_xgb", "crm_l3_lr", "l1l2_lr")}}),
             flush=True,

@@ -32,13 +32,19 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument(
+        "--adapter-prefix", default="membership-", help="sibling adapter = RUNS/<prefix><sibling>"
+    )
+    ap.add_argument("--tag", default="", help="prefix of the output folders (e.g. gemma-)")
+    ap.add_argument("--no-attention-flow", action="store_true")
+    ap.add_argument("--no-gradient-norm", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     docs = membership_documents()[: args.limit]
     recs = [Record(d.id, d.text, d.text[:DEFAULT_QUERY_CHARS], d.label, query_defaulted=True) for d in docs]
     for sib in args.sibling:
-        adapter = None if sib == "base" else f"{args.runs}/membership-{sib}"
+        adapter = None if sib == "base" else f"{args.runs}/{args.adapter_prefix}{sib}"
         lm = load_model(args.model, adapter=adapter)
         for tmpl in args.template:
             full = tmpl == "A"
@@ -46,13 +52,13 @@ def main() -> None:
                 template=tmpl,
                 task="continuation",
                 batch_size=args.batch_size,
-                attention_flow=full,
+                attention_flow=full and not args.no_attention_flow,
                 static=full,
                 logit_lens=full,
-                gradient_norm=full,
+                gradient_norm=full and not args.no_gradient_norm,
             )
             t0 = time.perf_counter()
-            info = extract(lm, recs, f"{args.out}/{sib}-{tmpl}", cfg)
+            info = extract(lm, recs, f"{args.out}/{args.tag}{sib}-{tmpl}", cfg)
             print(
                 f"{sib}-{tmpl}: {info['n_traced']} traced, {info['n_errors']} errors, "
                 f"{time.perf_counter() - t0:.0f} s",
