@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--sibling", nargs="+", default=["weak", "strong", "positive"])
     ap.add_argument("--template", nargs="+", default=["A"])
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--per-class", type=int, default=None, help="first N members and first N non-members")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument(
@@ -42,6 +43,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     docs = membership_documents()[: args.limit]
+    if args.per_class:
+        docs = [d for d in docs if d.label == 1][: args.per_class] + [d for d in docs if d.label == 0][
+            : args.per_class
+        ]
     recs = [Record(d.id, d.text, d.text[:DEFAULT_QUERY_CHARS], d.label, query_defaulted=True) for d in docs]
     for sib in args.sibling:
         adapter = None if sib == "base" else f"{args.runs}/{args.adapter_prefix}{sib}"

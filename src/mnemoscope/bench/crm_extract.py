@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -213,6 +213,33 @@ def _extras_batch(
     return [CRMExtras(**f) for f in fields]
 
 
+def _run_records(
+    lm: LoadedModel,
+    pairs: list[PairTrace],
+    folder: Path,
+    settings: dict[str, Any],
+    batch_size: int,
+    compute: Callable[[list[PairTrace]], list[CRMExtras]],
+    desc: str,
+    progress: bool,
+    overwrite: bool,
+) -> int:
+    """Compute per-record extras for the pairs not yet in ``folder``, one shard per batch."""
+    writer = TraceWriter(
+        folder, kind="crm_extras", model=lm.info.to_dict(), settings=settings, overwrite=overwrite
+    )
+    todo = [p for p in pairs if p.id not in writer.done_ids]
+    bar = tqdm(total=len(todo), desc=desc, unit="rec", disable=not progress or not todo)
+    try:
+        for idx in _batches(len(todo), batch_size):
+            batch = [todo[i] for i in idx]
+            writer.write(compute(batch))
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    return len(todo)
+
+
 def _run_extras(
     lm: LoadedModel,
     pairs: list[PairTrace],
@@ -221,27 +248,19 @@ def _run_extras(
     progress: bool,
     overwrite: bool,
 ) -> int:
-    writer = TraceWriter(
-        folder,
-        kind="crm_extras",
-        model=lm.info.to_dict(),
-        settings=config.extras_settings(),
-        overwrite=overwrite,
-    )
-    todo = [p for p in pairs if p.id not in writer.done_ids]
-    if not todo:
-        return 0
     tracer = Tracer(lm, batch_size=config.batch_size)
     lens = _LogitLens(lm) if config.logit_lens else None
-    bar = tqdm(total=len(todo), desc="crm extras", unit="rec", disable=not progress)
-    try:
-        for idx in _batches(len(todo), config.batch_size):
-            batch = [todo[i] for i in idx]
-            writer.write(_extras_batch(tracer, lens, batch, config))
-            bar.update(len(batch))
-    finally:
-        bar.close()
-    return len(todo)
+    return _run_records(
+        lm,
+        pairs,
+        folder,
+        config.extras_settings(),
+        config.batch_size,
+        lambda batch: _extras_batch(tracer, lens, batch, config),
+        "crm extras",
+        progress,
+        overwrite,
+    )
 
 
 def _run_gradients(
@@ -254,31 +273,27 @@ def _run_gradients(
 ) -> int:
     from mnemoscope.trace.gradients import gradient_batch
 
-    writer = TraceWriter(
-        folder,
-        kind="crm_extras",
-        model=lm.info.to_dict(),
-        settings={"gradient_norm": "last prompt token", "pairs": config.pair_config().to_dict()},
-        overwrite=overwrite,
-    )
-    todo = [p for p in pairs if p.id not in writer.done_ids and p.answer_ids.size > 0]
-    if not todo:
-        return 0
     tracer = Tracer(lm, batch_size=config.batch_size)
     chat = bool(config.chat)
-    bar = tqdm(total=len(todo), desc="crm gradients", unit="rec", disable=not progress)
-    try:
-        for idx in _batches(len(todo), config.batch_size):
-            batch = [todo[i] for i in idx]
+
+    def compute(batch: list[PairTrace]) -> list[CRMExtras]:
+        # an answer of 0 tokens has no likelihood to differentiate: norm 0 by definition
+        rows = [p for p in batch if p.answer_ids.size > 0]
+        norms: dict[str, np.ndarray] = {}
+        if rows:
             g = gradient_batch(
-                lm, [(tracer.encode(p.prompt_with, chat=chat), p.answer_ids.tolist()) for p in batch]
+                lm, [(tracer.encode(p.prompt_with, chat=chat), p.answer_ids.tolist()) for p in rows]
             )
-            norms = np.linalg.norm(g.grad, axis=-1).astype(np.float32)
-            writer.write([CRMExtras(id=p.id, grad_norm=norms[b]) for b, p in enumerate(batch)])
-            bar.update(len(batch))
-    finally:
-        bar.close()
-    return len(todo)
+            norms = {
+                p.id: n for p, n in zip(rows, np.linalg.norm(g.grad, axis=-1).astype(np.float32), strict=True)
+            }
+        width = lm.info.n_layers + 1
+        return [CRMExtras(id=p.id, grad_norm=norms.get(p.id, np.zeros(width, np.float32))) for p in batch]
+
+    settings = {"gradient_norm": "last prompt token", "pairs": config.pair_config().to_dict()}
+    return _run_records(
+        lm, pairs, folder, settings, config.batch_size, compute, "crm gradients", progress, overwrite
+    )
 
 
 def _run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: bool) -> Path | None:

@@ -88,8 +88,7 @@ def _check_layers(layers: Sequence[int], n_layers: int) -> np.ndarray:
 
 def layer_variance(disp: np.ndarray) -> np.ndarray:
     """``[layer]`` total variance ``tr Cov(d_l)`` of the displacement at each layer (float64)."""
-    d = disp.astype(np.float64, copy=False)
-    return d.var(axis=0).sum(axis=-1)  # type: ignore[no-any-return]
+    return disp.var(axis=0, dtype=np.float64).sum(axis=-1)  # type: ignore[no-any-return]
 
 
 def select_layers(
