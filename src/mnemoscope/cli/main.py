@@ -63,7 +63,16 @@ def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mnemoscope.cli import bench_cmd, crm_cmd, models_cmd, radar_cmd, repcs_cmd, trace_cmd, validate_cmd
+    from mnemoscope.cli import (
+        bench_cmd,
+        crm_cmd,
+        models_cmd,
+        radar_cmd,
+        repcs_cmd,
+        scar_cmd,
+        trace_cmd,
+        validate_cmd,
+    )
 
     parser = argparse.ArgumentParser(
         prog="mnemoscope",
@@ -86,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (trace_cmd, repcs_cmd, crm_cmd, radar_cmd, bench_cmd, models_cmd, validate_cmd):
+    for module in (trace_cmd, repcs_cmd, crm_cmd, radar_cmd, scar_cmd, bench_cmd, models_cmd, validate_cmd):
         module.register(sub)
     return parser
 
