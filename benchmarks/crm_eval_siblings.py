@@ -17,9 +17,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from mnemoscope.bench.crm_causal import causal_analyses, vocab_back_projection
+from mnemoscope.bench.crm_causal import causal_analyses, default_blocks, vocab_back_projection
 from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate
 from mnemoscope.bench.crm_extract import load_folder
 from mnemoscope.bench.crm_run import write_report
@@ -36,6 +37,11 @@ def main() -> None:
     ap.add_argument("--adapter-prefix", default="membership-")
     ap.add_argument("--sibling", nargs="+", default=["weak", "strong", "positive"])
     ap.add_argument("--no-causal", action="store_true")
+    ap.add_argument("--causal-eps", default="0.1,0.5,1.0")
+    ap.add_argument("--causal-blocks", default="", help="comma-separated subset of the default blocks")
+    ap.add_argument(
+        "--causal-per-class", type=int, default=None, help="stratified subset for the causal runs"
+    )
     ap.add_argument("--tag", default="", help="prefix of the cache and output folders (e.g. gemma-)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -65,15 +71,36 @@ def main() -> None:
         lm = load_model(args.model, adapter=adapter)
         rep["model"] = lm.info.to_dict()
         rep["extract"] = folder.meta
+        out_dir = Path(args.out) / f"{args.tag}{sib}"
+        title = f"CRM on {lm.info.name} + {sib} sibling"
+        write_report(rep, out_dir, title=title)  # now, so the causal runs below cannot lose it
         if not args.no_causal:
             peak = max(1, min(int(rep["analyses"]["layer_sweep"]["best"][0]), lm.info.n_layers))
             chat = bool(folder.meta["settings"]["chat"])
+            idx = np.arange(len(folder.pairs))
+            if args.causal_per_class:
+                y = np.asarray(folder.data.labels)
+                idx = np.sort(
+                    np.concatenate([np.flatnonzero(y == k)[: args.causal_per_class] for k in (0, 1)])
+                )
+            blocks = default_blocks(lm.info.n_layers, peak)
+            if args.causal_blocks:
+                blocks = {k: v for k, v in blocks.items() if k in args.causal_blocks.split(",")}
             rep["analyses"]["causal"] = causal_analyses(
-                lm, folder.pairs, folder.data, cfg, peak_layer=peak, chat=chat
+                lm,
+                [folder.pairs[i] for i in idx],
+                folder.data.subset(idx),
+                cfg,
+                peak_layer=peak,
+                chat=chat,
+                eps=[float(e) for e in args.causal_eps.split(",")],
+                blocks=blocks,
+                patch_layers=[peak],
             )
+            rep["analyses"]["causal"]["n"] = int(idx.size)
         rep["analyses"]["vocab"] = vocab_back_projection(lm, folder.data, cfg)
         rep["seconds"] = time.perf_counter() - t0
-        write_report(rep, Path(args.out) / f"{args.tag}{sib}", title=f"CRM on {lm.info.name} + {sib} sibling")
+        write_report(rep, out_dir, title=title)
         paper = evaluate(
             folder.data,
             replace(cfg, protocol="paper"),

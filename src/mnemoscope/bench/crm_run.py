@@ -124,6 +124,7 @@ def run_eval(
     )
     report["model"] = lm.info.to_dict()
     report["extract"] = {k: v for k, v in info.items() if k != "model"}
+    write_report(report, out, title=title)  # the causal runs below are long: keep what is done
     best_layers = report["analyses"].get("layer_sweep", {}).get("best") or []
     if causal and not best_layers:
         report["analyses"]["causal"] = {"error": "no layer sweep, so no peak layer to perturb"}
