@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         radar_cmd,
         repcs_cmd,
         scar_cmd,
+        serve_cmd,
         trace_cmd,
         validate_cmd,
     )
@@ -95,7 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (trace_cmd, repcs_cmd, crm_cmd, radar_cmd, scar_cmd, bench_cmd, models_cmd, validate_cmd):
+    for module in (
+        trace_cmd,
+        repcs_cmd,
+        crm_cmd,
+        radar_cmd,
+        scar_cmd,
+        serve_cmd,
+        bench_cmd,
+        models_cmd,
+        validate_cmd,
+    ):
         module.register(sub)
     return parser
 

@@ -193,15 +193,25 @@ def _converted_gguf_folder(gguf: Path, root: Path) -> Path:
     return entry.folder
 
 
+_SAMPLE = 1 << 20
+
+
 def _folder_fingerprint(folder: Path) -> str:
-    """Hash of config.json and the names and sizes of weight files (hashing GBs of weights is too slow)."""
+    """Hash of config.json and, per weight file, its name, size and three 1 MiB samples
+    (start, middle, end). Hashing GBs of weights is too slow; names and sizes alone cannot
+    tell two trainings of one architecture apart, the samples can."""
     h = hashlib.sha256()
     cfg = folder / "config.json"
     if cfg.is_file():
         h.update(cfg.read_bytes())
     for f in sorted(folder.iterdir()):
         if f.suffix in {".safetensors", ".bin", ".pt"}:
-            h.update(f"{f.name}:{f.stat().st_size}".encode())
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with f.open("rb") as fh:
+                for off in sorted({0, max(0, size // 2 - _SAMPLE // 2), max(0, size - _SAMPLE)}):
+                    fh.seek(off)
+                    h.update(fh.read(_SAMPLE))
     return h.hexdigest()
 
 

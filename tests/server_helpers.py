@@ -1,0 +1,130 @@
+"""A tiny model on disk, a profile calibrated for it, and a real `mnemoscope serve` subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+API_KEY = "test-key-1"
+
+
+def tiny_records(n: int = 40) -> list[Any]:
+    from mnemoscope.data.records import Record
+
+    return [
+        Record(
+            id=f"r{i}",
+            context=f"The town of Zor{i} lies on the river Ka{i % 5}.",
+            query=f"Where is Zor{i}?",
+            label=i % 2,
+        )
+        for i in range(n)
+    ]
+
+
+def build_tiny_service(root: Path) -> tuple[Path, Path]:
+    """Save a tiny llama + tokenizer to ``root/model`` and calibrate ``root/profile`` for it."""
+    from helpers import tiny_model, tiny_tokenizer
+    from mnemoscope.models import load_model
+    from mnemoscope.server.profile import CalibrationConfig, calibrate_profile
+
+    model_dir = root / "model"
+    if not (model_dir / "config.json").is_file():
+        tiny_model(layers=3).save_pretrained(model_dir)
+        tiny_tokenizer().save_pretrained(model_dir)
+    prof = root / "profile"
+    if not (prof / "profile.json").is_file():
+        lm = load_model(str(model_dir))
+        calibrate_profile(
+            lm, tiny_records(), prof, CalibrationConfig(max_new_tokens=4, chat=False), progress=False
+        )
+    return model_dir, prof
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, log: Path):
+        self.proc = proc
+        self.url = url
+        self.log = log
+
+    def client(self, **kw: Any) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60, **kw
+        )
+
+
+def start_server(
+    model_dir: Path, profile: Path, db: str, log: Path, *extra: str, env: dict[str, str] | None = None
+) -> Server:
+    port = free_port()
+    e = dict(os.environ)
+    e.update({"MNEMOSCOPE_API_KEYS": API_KEY, "PYTHONUNBUFFERED": "1"})
+    e.update(env or {})
+    cmd = [
+        sys.executable,
+        "-m",
+        "mnemoscope",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--profile",
+        str(profile),
+        "--db",
+        db,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        *extra,
+    ]
+    f = log.open("ab")
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=e)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return Server(proc, url, log)
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server not ready after 120 s: {log.read_text()[-3000:]}")
+
+
+def stop_server(s: Server, sig: int = signal.SIGTERM) -> int:
+    if s.proc.poll() is None:
+        s.proc.send_signal(sig)
+        try:
+            s.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            s.proc.kill()
+            s.proc.wait(10)
+    return int(s.proc.returncode)
+
+
+@contextlib.contextmanager
+def running(model_dir: Path, profile: Path, db: str, log: Path, *extra: str) -> Iterator[Server]:
+    s = start_server(model_dir, profile, db, log, *extra)
+    try:
+        yield s
+    finally:
+        stop_server(s)

@@ -1,0 +1,521 @@
+"""Audit service: ledger, storage, profile, settings, batching and the HTTP API (in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient
+
+from helpers import tiny_lm
+from mnemoscope.errors import InputError
+from mnemoscope.server.app import create_app
+from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
+from mnemoscope.server.config import hash_key, load_settings
+from mnemoscope.server.engine import AuditEngine, AuditFailure, AuditRequest
+from mnemoscope.server.ledger import (
+    GENESIS,
+    Checkpoint,
+    LogEntry,
+    entry_hash,
+    leaf_hash,
+    merkle_root,
+    verify_log,
+)
+from mnemoscope.server.profile import (
+    CalibrationConfig,
+    ProfileError,
+    calibrate_profile,
+    conformal_upper,
+    load_profile,
+)
+from mnemoscope.server.storage import StorageError, open_store
+from server_helpers import API_KEY, tiny_records
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+# -- ledger ---------------------------------------------------------------------------------------
+
+
+def _h(b: bytes) -> bytes:
+    return hashlib.sha256(b).digest()
+
+
+def test_merkle_root_matches_rfc9162_definition() -> None:
+    leaves = [leaf_hash(i) for i in range(7)]
+    # RFC 9162 2.1.1: split at the largest power of two < n
+    left = _h(b"\x01" + _h(b"\x01" + leaves[0] + leaves[1]) + _h(b"\x01" + leaves[2] + leaves[3]))
+    right = _h(b"\x01" + _h(b"\x01" + leaves[4] + leaves[5]) + leaves[6])
+    assert merkle_root(leaves) == _h(b"\x01" + left + right)
+    assert merkle_root(leaves[:1]) == leaves[0]
+    assert merkle_root([]) == _h(b"")
+    assert leaf_hash({"a": 1}) == _h(b'\x00{"a":1}')
+
+
+def _chain(n: int) -> list[LogEntry]:
+    out, prev = [], GENESIS
+    for i in range(1, n + 1):
+        c = {"id": f"a{i}", "v": i}
+        lh = leaf_hash(c)
+        eh = entry_hash(prev, lh, i)
+        out.append(LogEntry(i, f"a{i}", c, lh, prev, eh))
+        prev = eh
+    return out
+
+
+def test_verify_log_finds_the_first_problem() -> None:
+    es = _chain(8)
+    cps = [Checkpoint(4, merkle_root([e.leaf_hash for e in es[:4]]), es[3].entry_hash, 0.0)]
+    assert verify_log(es, cps).ok
+    altered = [
+        *es[:2],
+        LogEntry(3, "a3", {"id": "a3", "v": 99}, *(es[2].leaf_hash, es[2].prev_hash, es[2].entry_hash)),
+        *es[3:],
+    ]
+    r = verify_log(altered, cps)
+    assert not r.ok and r.seq == 3 and "altered" in (r.problem or "")
+    r = verify_log([*es[:4], *es[5:]], cps)
+    assert not r.ok and r.seq == 5 and "missing" in (r.problem or "")
+    swapped = [*es[:2], es[3], es[2], *es[4:]]
+    assert not verify_log(swapped, cps).ok
+    # tail cut below a checkpoint
+    r = verify_log(es[:3], cps)
+    assert not r.ok and "newest records were deleted" in (r.problem or "")
+
+
+# -- storage --------------------------------------------------------------------------------------
+
+
+def _rec(i: int, flag: bool = False, t: float | None = None) -> dict[str, Any]:
+    return {
+        "id": f"id{i}",
+        "created_at": t if t is not None else 1000.0 + i,
+        "anomaly_flag": flag,
+        "repcs": {"kl": 1.0, "tau": 0.5, "memorized": False},
+        "latency_ms": float(i),
+        "query": f"q{i}",
+    }
+
+
+def test_sqlite_store_appends_verifies_and_pages(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    st = open_store(db, checkpoint_every=4)
+    assert st.append([_rec(i, flag=i % 3 == 0) for i in range(1, 11)]) == list(range(1, 11))
+    assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert st._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert st.get("id3")["query"] == "q3" and st.get("nope") is None
+    items, total = st.history(limit=3, offset=0)
+    assert total == 10 and [x["id"] for x in items] == ["id10", "id9", "id8"]
+    items, total = st.history(flag=True)
+    assert total == 3 and all(x["anomaly_flag"] for x in items)
+    items, total = st.history(since=1004.0, until=1006.0)
+    assert total == 3
+    assert [c.tree_size for c in st.checkpoints()] == [4, 8]
+    rep = st.verify()
+    assert rep.ok and rep.n_entries == 10
+    with pytest.raises(StorageError, match="already exists"):
+        st.append([_rec(1)])
+    assert st.verify().ok  # the failed transaction left nothing behind
+    st.close()
+    # survives a reopen
+    st2 = open_store(db, checkpoint_every=4)
+    assert st2.append([_rec(11)]) == [11]
+    assert st2.verify().ok
+    st2.close()
+
+
+def test_second_writer_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "a.db")
+    with pytest.raises(StorageError, match="already open for writing"):
+        open_store(tmp_path / "a.db")
+    ro = open_store(tmp_path / "a.db", readonly=True)  # readers are fine
+    assert ro.verify().ok
+    with pytest.raises(StorageError, match="read-only"):
+        ro.append([_rec(1)])
+    ro.close()
+    st.close()
+    open_store(tmp_path / "a.db").close()  # the lock is released on close
+
+
+def _tamper(db: Path, sql: str, *params: Any) -> None:
+    con = sqlite3.connect(db)
+    con.execute(sql, params)
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "seq", "word"),
+    [
+        (
+            "UPDATE audits SET content = replace(content, '\"q5\"', '\"q5-edited\"') WHERE seq = 5",
+            5,
+            "altered",
+        ),
+        ("DELETE FROM audits WHERE seq = 4", 4, "missing"),
+        ("UPDATE audits SET seq = seq + 100 WHERE seq = 3", 3, "missing"),
+        ("DELETE FROM audits WHERE seq >= 7", 7, "deleted"),
+    ],
+)
+def test_log_verify_catches_direct_database_tampering(tmp_path: Path, sql: str, seq: int, word: str) -> None:
+    from mnemoscope.cli.main import main
+
+    db = tmp_path / "a.db"
+    st = open_store(db, checkpoint_every=8)
+    st.append([_rec(i) for i in range(1, 10)])
+    st.close()
+    assert main(["log", "verify", "--db", str(db)]) == 0
+    _tamper(db, sql)
+    ro = open_store(db, readonly=True)
+    rep = ro.verify()
+    ro.close()
+    assert not rep.ok and rep.seq == seq and word in (rep.problem or ""), rep
+    assert main(["log", "verify", "--db", str(db)]) == 3
+
+
+def test_reordering_two_records_is_caught(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    st = open_store(db)
+    st.append([_rec(i) for i in range(1, 6)])
+    st.close()
+    con = sqlite3.connect(db)
+    a = con.execute(
+        "SELECT id, content, leaf_hash, prev_hash, entry_hash FROM audits WHERE seq = 2"
+    ).fetchone()
+    b = con.execute(
+        "SELECT id, content, leaf_hash, prev_hash, entry_hash FROM audits WHERE seq = 3"
+    ).fetchone()
+    con.execute("UPDATE audits SET id = 'tmp' WHERE seq = 2")
+    for seq, row in ((3, a), (2, b)):
+        con.execute(
+            "UPDATE audits SET id = ?, content = ?, leaf_hash = ?, prev_hash = ?, entry_hash = ? WHERE seq = ?",
+            (*row, seq),
+        )
+    con.commit()
+    con.close()
+    ro = open_store(db, readonly=True)
+    rep = ro.verify()
+    ro.close()
+    assert not rep.ok and rep.seq == 2 and "link" in (rep.problem or "")
+
+
+def test_retention_prunes_content_but_the_chain_still_verifies(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "a.db", checkpoint_every=2)
+    st.append([_rec(i, t=float(i)) for i in range(1, 6)])
+    assert st.prune(older_than=3.5) == 3
+    assert st.get("id2")["pruned"] is True and "query" in st.get("id5")
+    rep = st.verify()
+    assert rep.ok and rep.n_pruned == 3
+    st.close()
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def test_settings_merge_file_env_and_overrides(tmp_path: Path) -> None:
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(
+        f'[server]\nmax_batch_size = 4\nqueue_size = 9\napi_key_hashes = ["{hash_key("filekey")}"]\n'
+    )
+    s = load_settings(
+        cfg, {"queue_size": 5}, env={"MNEMOSCOPE_MAX_WAIT_MS": "3", "MNEMOSCOPE_API_KEYS": "envkey"}
+    )
+    assert (s.max_batch_size, s.queue_size, s.max_wait_ms) == (4, 5, 3.0)
+    assert s.check_key("filekey") and s.check_key("envkey") and not s.check_key("other")
+    assert "envkey" not in json.dumps(s.model_dump())  # only hashes are kept
+    with pytest.raises(InputError, match="max_batch_size"):
+        load_settings(None, {"max_batch_size": 0}, env={})
+    with pytest.raises(InputError, match="nonsense"):
+        load_settings(None, {"nonsense": 1}, env={})
+
+
+def test_app_refuses_to_start_without_keys() -> None:
+    with pytest.raises(InputError, match="no API key"):
+        create_app(load_settings(None, env={}))
+
+
+# -- profile --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lm() -> Any:
+    return tiny_lm(layers=3)
+
+
+@pytest.fixture(scope="module")
+def profile_dir(lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profile")
+    calibrate_profile(
+        lm, tiny_records(48), out, CalibrationConfig(max_new_tokens=4, chat=False), progress=False
+    )
+    return out
+
+
+def test_conformal_upper_threshold_controls_false_positives() -> None:
+    rng = np.random.default_rng(0)
+    fp = []
+    for _ in range(300):
+        cal, new = rng.normal(size=39), rng.normal()
+        fp.append(new > conformal_upper(cal, 0.1))
+    assert np.mean(fp) <= 0.1 + 0.05
+
+
+def test_profile_contents_and_integrity(lm: Any, profile_dir: Path) -> None:
+    prof = load_profile(profile_dir, model=lm.info)
+    h = prof.header
+    assert h["data"]["n_traced"] == 48 and h["data"]["n_clean"] == 24
+    assert prof.crm.classifier == "lr" and prof.anomaly.n_threshold == 12
+    assert h["repcs"]["n"] == 24 and np.isfinite(prof.repcs_tau)
+    assert prof.crm.lts_std.shape == (len(prof.crm.layers),) and (prof.crm.lts_std > 0).all()
+    # altering a file is caught
+    p = profile_dir / "profile.json"
+    text = p.read_text()
+    p.write_text(text.replace('"k_sigma": 2.0', '"k_sigma": 3.0'))
+    with pytest.raises(ProfileError, match="hash mismatch"):
+        load_profile(profile_dir)
+    p.write_text(text)
+    other = tiny_lm(layers=3, seed=1)
+    with pytest.raises(ProfileError, match="calibrated for"):
+        load_profile(profile_dir, model=other.info)
+
+
+def test_calibration_bad_input(lm: Any, tmp_path: Path) -> None:
+    recs = [r for r in tiny_records(12) if r.label == 1]
+    with pytest.raises(InputError, match="clean records"):
+        calibrate_profile(
+            lm, recs, tmp_path / "p", CalibrationConfig(max_new_tokens=2, chat=False), progress=False
+        )
+    with pytest.raises(InputError, match="both labels"):
+        calibrate_profile(
+            lm,
+            [r for r in tiny_records(12) if r.label == 0],
+            tmp_path / "q",
+            CalibrationConfig(max_new_tokens=2, chat=False, classifier="lr"),
+            progress=False,
+        )
+
+
+# -- engine ---------------------------------------------------------------------------------------
+
+
+def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path) -> None:
+    eng = AuditEngine(lm, load_profile(profile_dir), max_context_tokens=200)
+    reqs = [
+        AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?"),
+        AuditRequest("ctx", "   "),
+        AuditRequest("x" * 500, "Where?"),
+        AuditRequest("", "Where is Zor3?"),
+        AuditRequest("Zor4 lies on Ka4.", "Where is Zor4?", max_new_tokens=2),
+    ]
+    out = eng.audit(reqs)
+    assert isinstance(out[1], AuditFailure) and out[1].status == 422 and out[1].field == "query"
+    assert isinstance(out[2], AuditFailure) and out[2].status == 413 and "200" in out[2].message
+    a, empty, short = out[0], out[3], out[4]
+    assert not isinstance(a, AuditFailure) and not isinstance(empty, AuditFailure)
+    assert not isinstance(short, AuditFailure) and short.n_steps <= 2
+    assert len(a.lts_trajectory) == len(a.layers) and a.repcs_kl >= 0 and 0 <= (a.crm_probability or 0) <= 1
+    assert empty.identical_prompts and not empty.anomaly_flag and empty.repcs_kl < 1e-9 and empty.notes
+    # batched == one at a time (left padding does not change the verdict numbers)
+    solo = eng.audit([reqs[0]])[0]
+    assert not isinstance(solo, AuditFailure)
+    np.testing.assert_allclose(solo.lts_trajectory, a.lts_trajectory, rtol=1e-3, atol=1e-4)
+    assert solo.repcs_kl == pytest.approx(a.repcs_kl, rel=1e-3, abs=1e-6)
+
+
+def test_engine_refuses_profile_of_another_model(profile_dir: Path) -> None:
+    with pytest.raises(ProfileError):
+        AuditEngine(tiny_lm(layers=3, seed=7), load_profile(profile_dir))
+
+
+# -- batcher --------------------------------------------------------------------------------------
+
+
+def test_batcher_batches_bounds_and_drains() -> None:
+    seen: list[int] = []
+    gate = threading.Event()
+
+    def process(payloads: list[Any], enq: list[float]) -> list[Any]:
+        gate.wait(5)
+        seen.append(len(payloads))
+        return [p * 10 for p in payloads]
+
+    async def main() -> None:
+        b = Batcher(process, max_batch_size=4, max_wait_ms=50, queue_size=6)
+        await b.start()
+        first = asyncio.ensure_future(b.submit([0]))
+        await asyncio.sleep(0.1)  # the first batch [0] is now blocked in process
+        futs = [asyncio.ensure_future(b.submit([i])) for i in range(1, 7)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(QueueFull):
+            b.submit_nowait([99])
+        with pytest.raises(QueueFull):  # a batch request is admitted whole or not at all
+            b.submit_nowait([1, 2])
+        gate.set()
+        assert await first == [0]
+        assert [r[0] for r in await asyncio.gather(*futs)] == [10, 20, 30, 40, 50, 60]
+        assert max(seen) == 4 and sum(seen) == 7  # batched, never above max_batch_size
+        await b.stop(1.0)
+        with pytest.raises(ShuttingDown):
+            b.submit_nowait([1])
+
+    asyncio.run(main())
+
+
+def test_batcher_rejects_what_it_cannot_finish_on_shutdown() -> None:
+    def slow(payloads: list[Any], enq: list[float]) -> list[Any]:
+        time.sleep(0.3)
+        return payloads
+
+    async def main() -> None:
+        b = Batcher(slow, max_batch_size=1, max_wait_ms=0, queue_size=10)
+        await b.start()
+        futs = b.submit_nowait(list(range(6)))
+        await asyncio.sleep(0.05)
+        rejected = await b.stop(grace_s=0.4)
+        done = [f for f in futs if f.done() and f.exception() is None]
+        failed = [f for f in futs if f.done() and isinstance(f.exception(), ShuttingDown)]
+        assert rejected == len(failed) >= 1 and len(done) >= 1
+        assert len(done) + len(failed) + sum(not f.done() for f in futs) == 6
+
+    asyncio.run(main())
+
+
+# -- HTTP API -------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def client(lm: Any, profile_dir: Path, tmp_path: Path) -> Any:
+    settings = load_settings(
+        None,
+        {"max_body_bytes": 4096, "max_batch_request": 3, "max_new_tokens_limit": 8, "max_wait_ms": 5},
+        env={"MNEMOSCOPE_API_KEYS": API_KEY},
+    )
+    eng = AuditEngine(lm, load_profile(profile_dir), max_context_tokens=300, max_query_tokens=50)
+    store = open_store(tmp_path / "api.db", checkpoint_every=2)
+    with TestClient(create_app(settings, engine=eng, store=store)) as c:
+        yield c
+
+
+def test_api_audit_roundtrip_and_history(client: Any) -> None:
+    r = client.post(
+        "/v1/audit", json={"context": "Zor1 lies on Ka1.", "query": "Where is Zor1?"}, headers=AUTH
+    )
+    assert r.status_code == 200, r.text
+    a = r.json()
+    for k in (
+        "id",
+        "anomaly_flag",
+        "anomaly_score",
+        "lts_trajectory",
+        "flagged_layers",
+        "repcs",
+        "latency_ms",
+        "model",
+    ):
+        assert k in a
+    assert set(a["repcs"]) == {"kl", "tau", "memorized"} and a["seq"] == 1
+    got = client.get(f"/v1/audits/{a['id']}", headers=AUTH).json()
+    assert got["lts_trajectory"] == a["lts_trajectory"] and got["query"] == "Where is Zor1?"
+    client.post(
+        "/v1/audit", json={"context": "", "query": "Where?", "options": {"max_new_tokens": 2}}, headers=AUTH
+    )
+    h = client.get("/v1/history", params={"limit": 1}, headers=AUTH).json()
+    assert h["total"] == 2 and len(h["items"]) == 1 and h["items"][0]["seq"] == 2
+    assert client.get("/v1/history", params={"flag": "false"}, headers=AUTH).json()["total"] >= 1
+    assert client.get("/v1/history", params={"since": 4e10}, headers=AUTH).json()["total"] == 0
+    s = client.get("/v1/stats", headers=AUTH).json()
+    assert s["n_audits"] == 2 and s["model"]["n_layers"] == 3 and s["latency_ms"]["p50"] > 0
+    assert s["log_head"]["seq"] == 2 and s["log_head"]["last_checkpoint"]["tree_size"] == 2
+    m = client.get("/metrics").text
+    assert "mnemoscope_audits_total 2.0" in m and "mnemoscope_batch_size_bucket" in m
+
+
+def test_api_auth(client: Any) -> None:
+    body = {"context": "c", "query": "q"}
+    r = client.post("/v1/audit", json=body)
+    assert (
+        r.status_code == 401 and "Bearer" in r.json()["detail"] and r.headers["www-authenticate"] == "Bearer"
+    )
+    assert client.post("/v1/audit", json=body, headers={"Authorization": "Basic abc"}).status_code == 401
+    r = client.post("/v1/audit", json=body, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 403 and "not valid" in r.json()["detail"]
+    for path in ("/v1/history", "/v1/stats", "/v1/audits/x", "/v1/log/head"):
+        assert client.get(path).status_code == 401
+    for path in ("/health", "/ready", "/metrics", "/", "/openapi.json"):
+        assert client.get(path).status_code == 200
+
+
+def test_api_limits_and_errors(client: Any) -> None:
+    r = client.post("/v1/audit", json={"context": "c", "query": ""}, headers=AUTH)
+    assert r.status_code == 422 and "query" in r.json()["detail"]
+    r = client.post("/v1/audit", json={"context": "c"}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == "query"
+    r = client.post("/v1/audit", json={"context": "w " * 200, "query": "q"}, headers=AUTH)
+    assert r.status_code == 413 and "300" in r.json()["detail"] and r.json()["field"] == "context"
+    r = client.post("/v1/audit", json={"context": "x" * 5000, "query": "q"}, headers=AUTH)
+    assert r.status_code == 413 and "4096" in r.json()["detail"]
+    r = client.post(
+        "/v1/audit", json={"context": "c", "query": "q", "options": {"max_new_tokens": 9}}, headers=AUTH
+    )
+    assert r.status_code == 422 and "limit is 8" in r.json()["detail"]
+    r = client.post("/v1/audit/batch", json={"items": [{"context": "c", "query": "q"}] * 4}, headers=AUTH)
+    assert r.status_code == 413 and "batch limit is 3" in r.json()["detail"]
+    r = client.post(
+        "/v1/audit/batch",
+        json={"items": [{"context": "c", "query": "q"}, {"context": "c", "query": " "}]},
+        headers=AUTH,
+    )
+    assert r.status_code == 200
+    items = r.json()["items"]
+    assert items[0]["ok"] and not items[1]["ok"] and items[1]["error"]["index"] == 1
+    assert client.get("/v1/audits/nope", headers=AUTH).status_code == 404
+    assert client.get("/v1/history", params={"limit": 0}, headers=AUTH).status_code == 422
+    r = client.post("/v1/audit", content=b"{not json", headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422
+
+
+def test_api_overload_answers_503_with_retry_after(lm: Any, profile_dir: Path, tmp_path: Path) -> None:
+    class Slow(AuditEngine):
+        def audit(self, requests: Any) -> Any:
+            time.sleep(0.5)
+            return super().audit(requests)
+
+    settings = load_settings(
+        None, {"queue_size": 2, "max_batch_size": 1, "max_wait_ms": 0}, env={"MNEMOSCOPE_API_KEYS": API_KEY}
+    )
+    eng = Slow(lm, load_profile(profile_dir))
+    store = open_store(tmp_path / "o.db")
+    codes: list[int] = []
+    retry: list[str | None] = []
+    with TestClient(create_app(settings, engine=eng, store=store)) as c:
+
+        def one() -> None:
+            r = c.post("/v1/audit", json={"context": "c", "query": "q"}, headers=AUTH)
+            codes.append(r.status_code)
+            retry.append(r.headers.get("retry-after"))
+
+        ts = [threading.Thread(target=one) for _ in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert sorted(set(codes)) == [200, 503], codes
+        assert all(r == "1" for code, r in zip(codes, retry, strict=True) if code == 503)
+        n_ok = codes.count(200)
+        assert c.get("/v1/stats", headers=AUTH).json()["n_audits"] == n_ok
+        assert 'mnemoscope_rejected_total{reason="queue_full"}' in c.get("/metrics").text
+    ro = open_store(tmp_path / "o.db", readonly=True)
+    assert ro.verify().ok
+    ro.close()
