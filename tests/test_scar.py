@@ -135,16 +135,32 @@ def test_contiguous_runs_and_bh_matches_scipy():
     np.testing.assert_allclose(bh_adjust(p), false_discovery_control(p, method="bh"))
 
 
+def test_bh_agrees_with_statsmodels():
+    # the issue names statsmodels' BH; ours (scipy) must give the same q-values, ties included
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 28, 200):
+        p = rng.uniform(size=n) ** 2
+        p[: n // 3] = p[0]
+        np.testing.assert_allclose(bh_adjust(p), multitest.multipletests(p, method="fdr_bh")[1], atol=1e-12)
+
+
 # -- detector ------------------------------------------------------------------------------------
 
 
-def test_injected_bump_gives_a_band_at_the_right_layers():
+@pytest.fixture(scope="module")
+def banded():
+    """A synthetic audit with a band at layers 6-7 (see the next test)."""
     # Euclidean length: under the whitened metric the abrupt change of covariance at the bump
     # itself lengthens the step 7 -> 8 (the metric changes), so only layer 6 dips there.
     H, G = _trajectory()
     Hs, Gs = _trajectory(bump=(6, 7))
     det = ScarDetector(**FAST, metric="euclidean").fit(_data(H, G))
-    res = det.audit(_data(Hs, Gs))
+    return det.audit(_data(Hs, Gs))
+
+
+def test_injected_bump_gives_a_band_at_the_right_layers(banded):
+    res = banded
     assert res.bands == [(6, 7)]
     assert list(res.layers) == list(range(2, 11))
     assert res.rupture_layer in (6, 7)
@@ -307,15 +323,42 @@ def test_audit_pipeline_card_and_resume(tmp_path):
     ):
         assert key in card
     assert set(card["per_layer"]) >= {"kappa", "length", "drift", "z_kappa", "T", "p", "q"}
+    assert set(card["per_layer"]) >= {"z_length", "z_drift", "L"}
+    assert card["per_layer"]["L"] == card["per_layer"]["length"]  # the contract's name for length
+    assert all(len(v) == len(card["layers"]) for v in card["per_layer"].values())
     assert card["settings"]["n_prompts"] == 40
+    assert card["settings"]["seed"] == 0 and card["settings"]["precision"] is not None
+    assert card["settings"]["prompt_tokens"]["max"] >= card["settings"]["prompt_tokens"]["min"] > 0
     assert (out / "per_layer.csv").is_file() and (out / "card.html").is_file()
     assert res.settings["k_used"] == 32
     # resumable: chunks exist and a re-run reuses them
     chunks = sorted((out / "signals" / "suspect").glob("chunk-*.npz"))
     assert len(chunks) == 3
     records = read_battery(battery)
-    again = extract_signals(suspect, records, out / "signals" / "suspect", config=cfg)
+    again = extract_signals(
+        lambda: pytest.fail("complete signals must not load the model"),
+        records,
+        out / "signals" / "suspect",
+        config=cfg,
+    )
     assert again.hidden.shape == (40, 5, 64)
+    # an interrupted run (a chunk missing) recomputes only that chunk, with the same values
+    full = {p.name: p.stat().st_mtime_ns for p in chunks}
+    chunks[1].unlink()
+    loads = []
+    resumed = extract_signals(
+        lambda: loads.append(1) or suspect, records, out / "signals" / "suspect", config=cfg
+    )
+    assert loads == [1]
+    np.testing.assert_allclose(resumed.hidden, again.hidden, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(resumed.grad, again.grad, rtol=1e-4, atol=1e-6)
+    kept = {p.name: p.stat().st_mtime_ns for p in chunks if p != chunks[1]}
+    assert all(full[k] == v for k, v in kept.items())  # finished chunks were not rewritten
+    # another configuration in the same folder is refused, not mixed
+    with pytest.raises(MnemoscopeError, match="other extraction settings"):
+        extract_signals(
+            suspect, records, out / "signals" / "suspect", config=AuditConfig(k=32, position="mean")
+        )
 
 
 def test_prompts_without_targets_error_when_drift_requested(lm, tmp_path):
@@ -347,6 +390,18 @@ def test_different_architectures_raise(lm, tmp_path):
             config=AuditConfig(k=32, progress=False),
             plots=False,
         )
+    # with loaders (as the CLI passes them) the anchor is refused before its signals are extracted
+    with pytest.raises(MnemoscopeError, match="layers"):
+        run_audit(
+            lambda: other,
+            lambda: tiny_lm("llama", layers=4),
+            battery,
+            tmp_path / "lazy",
+            config=AuditConfig(k=32, progress=False, n_permutations=9, n_bootstrap=2),
+            plots=False,
+        )
+    assert list((tmp_path / "lazy" / "signals" / "suspect").glob("chunk-*.npz"))
+    assert not list((tmp_path / "lazy" / "signals" / "anchor").glob("chunk-*.npz"))
 
 
 def test_shipped_battery_is_valid():
@@ -416,3 +471,29 @@ def test_a_state_without_variance_is_harmless():
     assert np.isfinite(sig.slope).all() and np.isfinite(sig.length).all()
     res = ScarDetector(**FAST).fit(_data(H, G)).audit(_data(H, G))
     assert res.bands == [] and np.isfinite(res.per_layer["T"]).all()
+
+
+def test_card_figures_show_the_band_and_bh_markers(banded, tmp_path):
+    from mnemoscope.report.scar_card import write_card
+    from mnemoscope.report.scar_plots import FIGURES, heatmap_figure, surface, trajectory_figure
+
+    card = write_card(banded, tmp_path / "card", plots=True)
+    for name in FIGURES:
+        png = tmp_path / "card" / f"{name}.png"
+        assert png.is_file() and png.stat().st_size > 10_000, name
+    assert card["bands"] == [[6, 7]]
+    # the band is shaded on every trajectory panel: an axvspan from 5.5 to 7.5
+    for ax in trajectory_figure(banded).axes:
+        spans = [p.get_x() for p in ax.patches]
+        assert 5.5 in spans
+    # the heatmap marks exactly the BH-significant layers
+    sig = banded.layers[banded.per_layer["q"] <= 0.05]
+    assert len(sig) > 0
+    marks = [
+        c.get_offsets()[:, 0] for c in heatmap_figure(banded).axes[0].collections if len(c.get_offsets())
+    ]
+    assert len(marks) == 1 and sorted(marks[0].tolist()) == sorted(sig.tolist())
+    s = surface(banded.per_layer["T"])
+    assert s.min() == 0.0 and s.max() == 1.0 and np.argmax(s) == np.argmax(banded.per_layer["T"])
+    html = (tmp_path / "card" / "card.html").read_text()
+    assert "6-7" in html and "<script src" not in html and "<link" not in html  # self-contained

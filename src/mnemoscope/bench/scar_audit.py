@@ -247,10 +247,13 @@ def extract_signals(
     *,
     config: AuditConfig,
     role: str = "model",
+    expect: dict[str, Any] | None = None,
 ) -> ScarData:
     """Hidden states (and gradients) of every prompt, chunk by chunk, resumable.
 
-    The model is only loaded (if ``model`` is a loader) when some chunk is missing.
+    The model is only loaded (if ``model`` is a loader) when some chunk is missing. ``expect``
+    (another model's ``ModelInfo`` dict, e.g. the suspect's when extracting the anchor) makes a
+    model of another architecture, layer count or width an error *before* any extraction.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -280,6 +283,8 @@ def extract_signals(
     if todo:
         lm = _resolve(model)
         info = lm.info.to_dict()
+        if expect is not None:
+            _check_infos(expect, info)
         if meta is not None and meta.get("model", {}).get("fingerprint") != info["fingerprint"]:
             raise MnemoscopeError(
                 f"{folder} holds signals of another model ({meta['model'].get('name')}, adapter "
@@ -359,16 +364,20 @@ def _extract_chunk(
 # -- the audit ----------------------------------------------------------------------------------------
 
 
-def _check_models(suspect: ModelSource, anchor: ModelSource) -> None:
-    if not (isinstance(suspect, LoadedModel) and isinstance(anchor, LoadedModel)):
-        return
-    s, a = suspect.info, anchor.info
-    if s.architecture != a.architecture or s.n_layers != a.n_layers or s.hidden_size != a.hidden_size:
+def _check_infos(s: dict[str, Any], a: dict[str, Any]) -> None:
+    keys = ("architecture", "n_layers", "hidden_size")
+    if any(s.get(k) != a.get(k) for k in keys):
         raise MnemoscopeError(
-            f"suspect ({s.name}: {s.architecture}, {s.n_layers} layers, d={s.hidden_size}) and anchor "
-            f"({a.name}: {a.architecture}, {a.n_layers} layers, d={a.hidden_size}) must share "
-            "architecture, layer count and width"
+            f"suspect ({s.get('name')}: {s.get('architecture')}, {s.get('n_layers')} layers, "
+            f"d={s.get('hidden_size')}) and anchor ({a.get('name')}: {a.get('architecture')}, "
+            f"{a.get('n_layers')} layers, d={a.get('hidden_size')}) must share architecture, layer "
+            "count and width"
         )
+
+
+def _check_models(suspect: ModelSource, anchor: ModelSource) -> None:
+    if isinstance(suspect, LoadedModel) and isinstance(anchor, LoadedModel):
+        _check_infos(suspect.info.to_dict(), anchor.info.to_dict())
 
 
 def _token_summary(x: np.ndarray | None) -> dict[str, float] | None:
@@ -415,7 +424,9 @@ def run_audit(
     )  # the detector checks k against the real width again
     resolve_k(config.k, len(records), d_model)
     sig_s = extract_signals(suspect, records, out / "signals" / "suspect", config=config, role="suspect")
-    sig_a = extract_signals(anchor, records, out / "signals" / "anchor", config=config, role="anchor")
+    sig_a = extract_signals(
+        anchor, records, out / "signals" / "anchor", config=config, role="anchor", expect=sig_s.model
+    )
     total = config.n_permutations + config.n_bootstrap
     bar = tqdm(total=total, desc="SCAR permutations + bootstrap", disable=not config.progress)
 

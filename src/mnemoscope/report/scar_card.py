@@ -37,8 +37,14 @@ def _clean(x: Any) -> Any:
 
 
 def card_dict(result: ScarResult, extra_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The machine-readable card (the ``card.json`` contract)."""
+    """The machine-readable card (the ``card.json`` contract).
+
+    ``per_layer`` holds every array of :attr:`ScarResult.per_layer` plus ``L``, an alias of
+    ``length`` (the thermodynamic length under the name the issue's contract uses).
+    """
     d = result.to_dict()
+    if "length" in d["per_layer"]:
+        d["per_layer"]["L"] = d["per_layer"]["length"]
     d["settings"] = {**d["settings"], **(extra_settings or {})}
     d["card_version"] = CARD_VERSION
     d["detected"] = result.detected
