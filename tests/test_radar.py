@@ -15,6 +15,7 @@ from sklearn.exceptions import NotFittedError
 from helpers import tiny_lm
 from mnemoscope.bench import radar_eval as rev
 from mnemoscope.detectors.radar import (
+    SCORE_DEFINITIONS,
     ModelMismatchError,
     RadarArtifact,
     RadarEnsemble,
@@ -374,6 +375,30 @@ def test_scores_are_our_documented_combinations():
     x2[j] += ens.scale_[j]  # sign - in RDS, + in RCI
     s = ens.scores(x2[None, :])
     assert s["rds"][0] < 0.5 < s["rci"][0]
+    # Mechanistic Score: 7 features; ablation_robustness enters with sign -, the others +
+    k = FEATURE_NAMES.index("ablation_robustness")
+    x3 = ens.mean_.copy()
+    x3[k] += ens.scale_[k]
+    assert ens.scores(x3[None, :])["mechanistic"][0] == pytest.approx((norm.cdf(-1.0) + 6 * 0.5) / 7)
+    m = FEATURE_NAMES.index("activation_patching_effect")
+    x4 = ens.mean_.copy()
+    x4[m] += 2 * ens.scale_[m]
+    assert ens.scores(x4[None, :])["mechanistic"][0] == pytest.approx((norm.cdf(2.0) + 6 * 0.5) / 7)
+    # Circuit Complexity Score: 6 features, but the constant circuit depth is left out -> 5
+    r = FEATURE_NAMES.index("state_rank_evolution")
+    x5 = ens.mean_.copy()
+    x5[r] -= ens.scale_[r]
+    s5 = ens.scores(x5[None, :])
+    assert s5["circuit_complexity"][0] == pytest.approx((norm.cdf(-1.0) + 4 * 0.5) / 5)
+    assert s5["rds"][0] == pytest.approx(0.5) and s5["mechanistic"][0] == pytest.approx(0.5)  # not in them
+    # every score stays in (0, 1) and rises monotonically along its own direction
+    for score, terms in SCORE_DEFINITIONS.items():
+        direction = np.zeros(len(FEATURE_NAMES))
+        for name, sign in terms:
+            direction[FEATURE_NAMES.index(name)] = sign * ens.scale_[FEATURE_NAMES.index(name)]
+        steps = ens.mean_ + np.linspace(-3, 3, 7)[:, None] * direction
+        vals = ens.scores(steps)[score]
+        assert np.all(np.diff(vals) > 0) and np.all((vals > 0) & (vals < 1)), score
     # a feature list without any score feature gives 0.5
     small = RadarEnsemble(feature_names=("a", "b", "c"), n_estimators=5).fit(X[:, :3], y)
     assert small.scores(X[:2, :3])["mechanistic"].tolist() == [0.5, 0.5]
@@ -567,6 +592,10 @@ def test_radar_method_features_from_pairs():
     )
     cv = cross_val_scores(built.make_estimator(), built.features(many), labels, n_splits=2, n_resamples=20)
     assert cv.oof_scores.shape == (20,) and np.isfinite(cv.oof_scores).all()
+    # and it is registered in the leaderboard's own method registry
+    from mnemoscope.bench.leaderboard import METHODS
+
+    assert "radar" in METHODS.names() and isinstance(METHODS.build("radar"), RadarMethod)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -624,6 +653,19 @@ def test_cli_eval_train_predict_contract(tiny_folder, tmp_path):
     for key in ("accuracy", "accuracy_by_category", "roc_auc", "cv_accuracy", "n_train", "n_test"):
         assert key in report
     assert report["n_train"] == 12 and report["n_test"] == 6 and (out / "rds_rci.png").is_file()
+    # the persisted ensemble carries its feature list and the model's identity
+    meta = json.loads((out / "radar.joblib.json").read_text())
+    from mnemoscope.models import load_model
+
+    fp = load_model(str(tiny_folder)).info.fingerprint
+    assert meta["feature_names"] == list(FEATURE_NAMES) and meta["model"]["fingerprint"] == fp
+    assert load_radar(out / "radar.joblib", fingerprint=fp).feature_names == list(FEATURE_NAMES)
+    # --train defaults to the shipped 30-prompt training set
+    out2 = tmp_path / "eval_default"
+    argv = ["radar", "eval", "--model", str(tiny_folder), "--test", str(test), "--out", str(out2)]
+    assert _cli([*base[:1], *argv, "--no-importance", "--cv-folds", "3", "--n-resamples", "20"]) == 0
+    report2 = json.loads((out2 / "report.json").read_text())
+    assert report2["n_train"] == 30 and report2["train"] == str(rev.shipped_path("train"))
     model = tmp_path / "radar.joblib"
     assert (
         _cli(
