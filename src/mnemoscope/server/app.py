@@ -478,7 +478,7 @@ def _process(
             "flagged_layers": res.flagged_layers,
             "repcs": {
                 "kl": _finite(res.repcs_kl),
-                "tau": _finite(res.repcs_tau),
+                "tau": res.repcs_tau if math.isfinite(res.repcs_tau) else None,
                 "memorized": res.repcs_memorized,
             },
             "crm_probability": None if res.crm_probability is None else _finite(res.crm_probability),

@@ -46,7 +46,11 @@ class BatchIn(BaseModel):
 
 class RePCSOut(BaseModel):
     kl: float = Field(..., description="Z = sum of per-step KL(P_rag || P_para) over the answer (nats)")
-    tau: float = Field(..., description="threshold calibrated on clean queries")
+    tau: float | None = Field(
+        ...,
+        description="threshold calibrated on clean queries; null when the calibration had too few clean "
+        "queries to certify its alpha (then nothing is flagged memorized)",
+    )
     memorized: bool = Field(..., description="Z < tau: the context changed the answer little")
 
 

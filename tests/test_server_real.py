@@ -1,0 +1,81 @@
+"""The audit path on the embedded default model: calibrate on shipped records, audit, serve."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient
+
+from mnemoscope.data.records import read_records
+from mnemoscope.server.app import create_app
+from mnemoscope.server.config import load_settings
+from mnemoscope.server.engine import AuditEngine, AuditRequest
+from mnemoscope.server.profile import CalibrationConfig, calibrate_profile, load_profile
+from mnemoscope.server.storage import open_store
+
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def real_profile(real_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = resources.files("mnemoscope.bench") / "data" / "context_reliance.jsonl"
+    records, _ = read_records(str(path))
+    clean = [r for r in records if r.label == 0][:8]
+    memory = [r for r in records if r.label == 1][:8]
+    out = tmp_path_factory.mktemp("real-profile")
+    calibrate_profile(real_lm, clean + memory, out, CalibrationConfig(max_new_tokens=8), progress=False)
+    return out
+
+
+def test_real_profile_and_audits(real_lm: Any, real_profile: Path) -> None:
+    prof = load_profile(real_profile, model=real_lm.info)
+    h = prof.header
+    assert h["prompt"]["chat"] is True  # SmolLM2-Instruct has a chat template: auto picks it
+    assert 0 < len(prof.crm.layers) <= real_lm.info.n_layers + 1
+    assert 0 not in prof.crm.layers.tolist()  # the embedding row has zero displacement
+    assert prof.crm.classifier == "lr" and h["data"]["n_clean"] == 8
+    eng = AuditEngine(real_lm, prof)
+    mem, new = eng.audit(
+        [
+            AuditRequest(
+                "Paris is the capital and largest city of France.", "What is the capital of France?"
+            ),
+            AuditRequest(
+                "Quenmar is a small town on the river Zorblat, famous for its glass bells.",
+                "Which river is Quenmar on?",
+                max_new_tokens=16,
+            ),
+        ]
+    )
+    assert not isinstance(mem, Exception) and not isinstance(new, Exception)
+    assert "Paris" in (mem.generation or "") and "Quenmar" in (new.generation or "")
+    # RePCS: the invented fact needs the context, the well-known one does not
+    assert new.repcs_kl > mem.repcs_kl
+    assert len(mem.lts_trajectory) == len(prof.crm.layers)
+
+
+def test_real_server_roundtrip(real_lm: Any, real_profile: Path, tmp_path: Path) -> None:
+    settings = load_settings(None, env={"MNEMOSCOPE_API_KEYS": "k"})
+    app = create_app(
+        settings, engine=AuditEngine(real_lm, load_profile(real_profile)), store=open_store(tmp_path / "a.db")
+    )
+    with TestClient(app) as c:
+        r = c.post(
+            "/v1/audit",
+            json={"context": "Tokyo is the capital of Japan.", "query": "What is the capital of Japan?"},
+            headers={"Authorization": "Bearer k"},
+        )
+        assert r.status_code == 200, r.text
+        a = r.json()
+        tau = json.loads((real_profile / "profile.json").read_text())["repcs"]["tau"]
+        assert a["model"]["name"] == real_lm.info.name
+        # 8 clean records cannot certify alpha = 0.05: tau = -inf, reported as null
+        assert a["repcs"]["tau"] is None if tau == float("-inf") else a["repcs"]["tau"] == pytest.approx(tau)
+        assert c.get("/v1/stats", headers={"Authorization": "Bearer k"}).json()["model"]["n_layers"] == 30
