@@ -82,20 +82,32 @@ class _BodyLimit:
                 await self._reject(send)
                 return
         seen = 0
+        rejected = False
 
         async def limited() -> Any:
-            nonlocal seen
+            # Over the limit without a Content-Length (chunked): answer 413 ourselves and tell
+            # the app the client went away; whatever it sends afterwards is dropped.
+            nonlocal seen, rejected
+            if rejected:
+                return {"type": "http.disconnect"}
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge()
+                    rejected = True
+                    await self._reject(send)
+                    return {"type": "http.disconnect"}
             return msg
 
+        async def guarded_send(msg: Any) -> None:
+            if not rejected:
+                await send(msg)
+
         try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._reject(send)
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not rejected:
+                raise
 
     async def _reject(self, send: Any) -> None:
         body = f'{{"detail":"request body over the limit of {self.limit} bytes"}}'.encode()
@@ -110,10 +122,6 @@ class _BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
