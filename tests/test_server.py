@@ -483,7 +483,7 @@ def test_api_limits_and_errors(client: Any) -> None:
     assert client.get("/v1/audits/nope", headers=AUTH).status_code == 404
     assert client.get("/v1/history", params={"limit": 0}, headers=AUTH).status_code == 422
     r = client.post("/v1/audit", content=b"{not json", headers={**AUTH, "content-type": "application/json"})
-    assert r.status_code == 422
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"] and r.json()["field"] is None
 
 
 def test_api_overload_answers_503_with_retry_after(lm: Any, profile_dir: Path, tmp_path: Path) -> None:

@@ -31,7 +31,16 @@ from fastapi.staticfiles import StaticFiles
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import ServerSettings
 from mnemoscope.server.engine import AuditEngine, AuditFailure, AuditRequest, AuditResult
-from mnemoscope.server.schemas import AuditIn, AuditOut, BatchIn, BatchOut, HistoryOut, StatsOut
+from mnemoscope.server.schemas import (
+    AuditIn,
+    AuditOut,
+    BatchIn,
+    BatchOut,
+    ErrorOut,
+    HistoryOut,
+    StatsOut,
+    ValidationErrorOut,
+)
 from mnemoscope.server.storage import AuditStore, StorageError, open_store
 
 __all__ = ["create_app"]
@@ -39,6 +48,21 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1"
+
+# Documented error answers (OpenAPI); every error body has a "detail" string.
+_READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "the body could not be parsed (e.g. not UTF-8)"},
+    401: {"model": ErrorOut, "description": "no API key, or not 'Authorization: Bearer <key>'"},
+    403: {"model": ErrorOut, "description": "the API key is not valid for this server"},
+    422: {"model": ValidationErrorOut, "description": "invalid parameters or body"},
+    503: {"model": ErrorOut, "description": "starting or stopping (Retry-After)"},
+}
+_AUDIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_READ_ERRORS,
+    413: {"model": ErrorOut, "description": "body over the byte limit, or too many tokens or items"},
+    503: {"model": ErrorOut, "description": "queue full, stopping, or not stored (Retry-After)"},
+    504: {"model": ErrorOut, "description": "not audited within the request timeout"},
+}
 
 
 class _Metrics:
@@ -226,8 +250,18 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        first: dict[str, Any] = dict(errs[0]) if errs else {"loc": (), "msg": "invalid request"}
         loc = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        if first.get("type") == "json_invalid":  # the location is a character offset, not a field
+            err = (first.get("ctx") or {}).get("error", "")
+            return JSONResponse(
+                status_code=422,
+                content={
+                    "detail": f"the body is not valid JSON: {err}".rstrip(": "),
+                    "field": None,
+                    "errors": _safe(errs),
+                },
+            )
         return JSONResponse(
             status_code=422,
             content={
@@ -291,7 +325,7 @@ def create_app(
         f"/{API_VERSION}/audit",
         response_model=AuditOut,
         dependencies=auth,
-        responses={413: {"description": "too many tokens"}, 503: {"description": "queue full"}},
+        responses=_AUDIT_ERRORS,
     )
     async def audit(item: AuditIn, st: Ready) -> Any:
         """Audit one (context, query): CRM anomaly on the LTS trajectory + RePCS KL. Stored before it returns."""
@@ -300,7 +334,9 @@ def create_app(
             return JSONResponse(status_code=res.status, content={"detail": res.message, "field": res.field})
         return res
 
-    @app.post(f"/{API_VERSION}/audit/batch", response_model=BatchOut, dependencies=auth)
+    @app.post(
+        f"/{API_VERSION}/audit/batch", response_model=BatchOut, dependencies=auth, responses=_AUDIT_ERRORS
+    )
     async def audit_batch(body: BatchIn, st: Ready) -> Any:
         """Audit up to the server's batch limit in one request; a bad item does not fail the others."""
         if len(body.items) > settings.max_batch_request:
@@ -322,7 +358,16 @@ def create_app(
                 out.append({"ok": True, "status": 200, "audit": r})
         return {"items": out}
 
-    @app.get(f"/{API_VERSION}/audits/{{audit_id}}", response_model=AuditOut, dependencies=auth)
+    @app.get(
+        f"/{API_VERSION}/audits/{{audit_id}}",
+        response_model=AuditOut,
+        dependencies=auth,
+        responses={
+            **_READ_ERRORS,
+            404: {"model": ErrorOut, "description": "no audit with this id"},
+            410: {"model": ErrorOut, "description": "pruned by the retention policy (its hash remains)"},
+        },
+    )
     async def get_audit(audit_id: str, st: Ready) -> Any:
         rec = await asyncio.to_thread(st["store"].get, audit_id)
         if rec is None:
@@ -333,7 +378,7 @@ def create_app(
             )
         return rec
 
-    @app.get(f"/{API_VERSION}/history", response_model=HistoryOut, dependencies=auth)
+    @app.get(f"/{API_VERSION}/history", response_model=HistoryOut, dependencies=auth, responses=_READ_ERRORS)
     async def history(
         st: Ready,
         limit: int = Query(50, ge=1, le=500),
@@ -347,7 +392,7 @@ def create_app(
         )
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
-    @app.get(f"/{API_VERSION}/stats", response_model=StatsOut, dependencies=auth)
+    @app.get(f"/{API_VERSION}/stats", response_model=StatsOut, dependencies=auth, responses=_READ_ERRORS)
     async def stats(st: Ready) -> Any:
         c = await asyncio.to_thread(st["store"].counts)
         head = await asyncio.to_thread(st["store"].head)
@@ -382,7 +427,7 @@ def create_app(
             "uptime_s": time.time() - state["started"],
         }
 
-    @app.get(f"/{API_VERSION}/log/head", dependencies=auth)
+    @app.get(f"/{API_VERSION}/log/head", dependencies=auth, responses=_READ_ERRORS)
     async def log_head(st: Ready) -> Any:
         """The chain head and the last Merkle checkpoint: publish them elsewhere to anchor the log."""
         return await asyncio.to_thread(st["store"].head)
@@ -392,7 +437,7 @@ def create_app(
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.get("/ready", responses={503: {"description": "starting, stopping, or database unavailable"}})
     async def ready() -> Any:
         """Readiness: model loaded and database reachable."""
         if not state["ready"]:

@@ -16,6 +16,7 @@ __all__ = [
     "HistoryOut",
     "RePCSOut",
     "StatsOut",
+    "ValidationErrorOut",
 ]
 
 
@@ -80,6 +81,20 @@ class ErrorOut(BaseModel):
     detail: str
     field: str | None = None
     index: int | None = None
+
+
+class ValidationErrorItem(BaseModel):
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ValidationErrorOut(BaseModel):
+    """The body of every 422: the first problem in ``detail``, all of them (up to 10) in ``errors``."""
+
+    detail: str
+    field: str | None = None
+    errors: list[ValidationErrorItem] = Field(default_factory=list)
 
 
 class BatchItemOut(BaseModel):

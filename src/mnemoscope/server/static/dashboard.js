@@ -24,6 +24,13 @@
     return body;
   }
   const fmt = (v, d) => (v === null || v === undefined ? "-" : Number(v).toFixed(d === undefined ? 3 : d));
+  // KL values are often << 0.01: three significant digits instead of a fixed number of decimals
+  function num(v) {
+    if (v === null || v === undefined) return "-";
+    const x = Number(v), ax = Math.abs(x);
+    if (ax === 0 || (ax >= 0.01 && ax < 1e5)) return x.toFixed(ax >= 100 ? 0 : 2);
+    return x.toPrecision(3);
+  }
   function esc(s) {
     return String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   }
@@ -47,7 +54,12 @@
       $("s-lat").textContent = fmt(s.latency_ms.p50, 0) + " / " + fmt(s.latency_ms.p95, 0) + " ms";
       $("s-queue").textContent = s.queue.depth + " / " + s.queue.capacity + " (batch " + s.queue.max_batch_size + ")";
     } catch (e) {
-      $("keystate").textContent = e.status === 401 || e.status === 403 ? "key rejected: " + e.message : e.message;
+      const denied = e.status === 401 || e.status === 403;
+      $("keystate").textContent = denied ? "key rejected: " + e.message : e.message;
+      if (denied) {
+        // do not keep showing what an earlier, accepted key loaded
+        for (const id of ["s-model", "s-layers", "s-count", "s-anomalies", "s-rate", "s-mem", "s-lat", "s-queue"]) $(id).textContent = "-";
+      }
     }
   }
 
@@ -62,16 +74,19 @@
         '<td class="q" title="' + esc(a.query) + '">' + esc(a.pruned ? "(pruned)" : a.query) + "</td>" +
         "<td>" + (a.pruned ? "-" : a.anomaly_flag ? "ANOMALY" : "normal") + "</td>" +
         "<td>" + fmt(a.anomaly_score, 2) + "</td>" +
-        "<td>" + fmt(a.repcs && a.repcs.kl, 2) + "</td>" +
+        "<td>" + num(a.repcs && a.repcs.kl) + "</td>" +
         "<td>" + (a.repcs ? (a.repcs.memorized ? "yes" : "no") : "-") + "</td>" +
         "<td>" + fmt(a.latency_ms, 0) + " ms</td></tr>").join("");
       if (!last && h.items.length && !h.items[0].pruned) { last = h.items[0]; drawAll(); }
-    } catch (e) { /* status shows auth problems */ }
+    } catch (e) {
+      // the status panel reports auth problems; drop rows loaded with an earlier key
+      if (e.status === 401 || e.status === 403) { $("hist").innerHTML = ""; last = null; drawAll(); }
+    }
   }
 
   function drawLTS(a) {
     const cv = $("lts"), g = cv.getContext("2d");
-    const W = cv.width, H = cv.height, L = 46, R = 12, T = 12, B = 30;
+    const W = cv.width, H = cv.height, L = 64, R = 12, T = 12, B = 30;
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
     if (!a) { g.fillStyle = "#6b7480"; g.fillText("no audit yet", W / 2 - 30, H / 2); return; }
@@ -87,17 +102,19 @@
     g.fillStyle = "#eef3fb"; g.fillRect(L, Y(k), W - L - R, Y(-k) - Y(k));
     g.strokeStyle = "#c7cdd4"; g.beginPath(); g.moveTo(L, Y(0)); g.lineTo(W - R, Y(0)); g.stroke();
     g.fillStyle = "#6b7480";
-    for (const t of [lo, 0, hi]) g.fillText(t.toFixed(1), 4, Y(t) + 4);
-    g.save(); g.translate(12, H / 2 + 20); g.rotate(-Math.PI / 2); g.fillText("z = (LTS - mu) / sigma", 0, 0); g.restore();
+    g.textAlign = "right";
+    for (const t of [lo, 0, hi]) g.fillText(t.toFixed(1), L - 6, Y(t) + 4);
+    g.textAlign = "center";
+    g.save(); g.translate(12, T + (H - T - B) / 2); g.rotate(-Math.PI / 2); g.fillText("z = (LTS - mu) / sigma", 0, 0); g.restore();
     g.strokeStyle = "#2f6fdf"; g.lineWidth = 2; g.beginPath();
     z.forEach((v, i) => (i ? g.lineTo(X(i), Y(v)) : g.moveTo(X(i), Y(v)))); g.stroke();
     z.forEach((v, i) => {
       const bad = flagged.has(layers[i]);
       g.fillStyle = bad ? "#d93b3b" : "#2f6fdf";
       g.beginPath(); g.arc(X(i), Y(v), bad ? 5 : 3.5, 0, 2 * Math.PI); g.fill();
-      if (n <= 40 || i % 2 === 0) { g.fillStyle = "#6b7480"; g.fillText(String(layers[i]), X(i) - 5, H - 12); }
+      if (n <= 40 || i % 2 === 0) { g.fillStyle = "#6b7480"; g.fillText(String(layers[i]), X(i), H - 14); }
     });
-    g.fillStyle = "#6b7480"; g.fillText("layer", W / 2, H - 1);
+    g.fillStyle = "#6b7480"; g.textAlign = "right"; g.fillText("layer", W - R, H - 2); g.textAlign = "left";
   }
 
   function drawKL(a) {
@@ -106,14 +123,19 @@
     g.font = "11px system-ui, sans-serif";
     if (!a) return;
     const zv = a.repcs.kl, tau = a.repcs.tau;
-    const hi = Math.max(zv, tau, 1e-9) * 1.25, L = 46, R = 12;
+    const hasTau = tau !== null && tau !== undefined;
+    const hi = Math.max(zv, hasTau ? tau : 0, 1e-9) * 1.25, L = 64, R = 12;
     const X = (v) => L + (v / hi) * (W - L - R);
     g.fillStyle = a.repcs.memorized ? "#d93b3b" : "#2e9d5b";
     g.fillRect(L, 18, Math.max(1, X(zv) - L), 22);
-    g.strokeStyle = "#17202c"; g.lineWidth = 2; g.beginPath(); g.moveTo(X(tau), 10); g.lineTo(X(tau), 48); g.stroke();
     g.fillStyle = "#17202c";
-    g.fillText("tau = " + tau.toFixed(2), Math.min(X(tau) + 4, W - 70), 60);
-    g.fillText("Z = " + zv.toFixed(2) + (a.repcs.memorized ? "  (memorized)" : "  (context used)"), L + 4, 12);
+    if (hasTau) {
+      g.strokeStyle = "#17202c"; g.lineWidth = 2; g.beginPath(); g.moveTo(X(tau), 10); g.lineTo(X(tau), 48); g.stroke();
+      g.fillText("tau = " + num(tau), Math.min(X(tau) + 4, W - 90), 60);
+    } else {
+      g.fillText("tau not certified (too few clean calibration queries): nothing is flagged memorized", L, 60);
+    }
+    g.fillText("Z = " + num(zv) + (a.repcs.memorized ? "  (memorized)" : "  (context used)"), L + 4, 12);
   }
 
   function drawAll() { drawLTS(last); drawKL(last); }
@@ -125,7 +147,7 @@
     an.textContent = (a.anomaly_flag ? "CRM anomaly" : "CRM normal") + " (score " + fmt(a.anomaly_score, 2) + ", " + a.flagged_layers.length + " layer(s) flagged)";
     an.className = "verdict " + (a.anomaly_flag ? "bad" : "good");
     const rp = $("v-repcs");
-    rp.textContent = "RePCS " + (a.repcs.memorized ? "memorized" : "context used") + " (Z " + fmt(a.repcs.kl, 2) + " vs tau " + fmt(a.repcs.tau, 2) + ")";
+    rp.textContent = "RePCS " + (a.repcs.memorized ? "memorized" : "context used") + " (Z " + num(a.repcs.kl) + " vs tau " + num(a.repcs.tau) + ")";
     rp.className = "verdict " + (a.repcs.memorized ? "bad" : "good");
     const cr = $("v-crm");
     cr.hidden = a.crm_probability === null || a.crm_probability === undefined;
