@@ -30,6 +30,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.generation import GenerationMode
 
 from server_helpers import API_KEY, Server, build_tiny_service, start_server, stop_server
 
@@ -54,9 +55,6 @@ def api_schema(server: Server) -> Any:
     return schemathesis.openapi.from_url(f"{server.url}/openapi.json")
 
 
-schema = schemathesis.pytest.from_fixture("api_schema")
-
-
 @schemathesis.check
 def clear_client_error(ctx: Any, response: Any, case: Any) -> bool | None:
     """A 4xx says what was wrong: a JSON object with a non-empty string ``detail``."""
@@ -76,11 +74,42 @@ if STRICT:
     CHECKS += [status_code_conformance, response_schema_conformance, content_type_conformance]
 
 
-@schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-def test_openapi_fuzz(case: Any, server: Server) -> None:
-    response = case.call(headers=AUTH, timeout=60)
-    case.validate_response(response, checks=CHECKS, headers=AUTH)
+def test_openapi_fuzz(api_schema: Any, server: Server) -> None:
+    """Valid (positive) and invalid (negative) cases of every operation, all with the key.
+
+    Driven by hypothesis directly rather than schemathesis' pytest plugin, which breaks with
+    some pytest releases (pytest 9.2 removed an attribute it uses).
+    """
+    from hypothesis import given
+    from hypothesis.errors import Unsatisfiable
+
+    n_ops = 0
+    for result in api_schema.get_all_operations():
+        op = result.ok()
+        n_ops += 1
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=op.as_strategy(generation_mode=mode))
+            @settings(
+                max_examples=MAX_EXAMPLES,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
+            def run(case: Any) -> None:
+                response = case.call(headers=AUTH, timeout=60)
+                case.validate_response(response, checks=CHECKS, headers=AUTH)
+
+            try:
+                run()
+            except Unsatisfiable:
+                # an operation without inputs (e.g. GET /health) has no invalid request
+                assert mode is GenerationMode.NEGATIVE, op.label
+    assert n_ops >= 6
+    with server.client() as c:  # the valid cases were audited and stored, not all rejected at the door
+        stats = c.get("/v1/stats").json()
+        assert stats["n_audits"] >= 5, stats
+        assert c.get("/ready").status_code == 200
 
 
 VALID_BODY = {"context": "Zor lies on the river Ka.", "query": "Where is Zor?"}
@@ -104,11 +133,3 @@ def test_every_v1_operation_needs_a_key(server: Server) -> None:
             r = httpx.request(method, url, headers=headers, timeout=30, **kw)
             assert r.status_code == status, (method, path, headers, r.status_code, r.text[:300])
             assert r.json()["detail"], (method, path, r.text)
-
-
-def test_fuzzing_reached_the_model(server: Server) -> None:
-    """The valid cases were audited and stored, not all rejected at the door."""
-    with server.client() as c:
-        stats = c.get("/v1/stats").json()
-        assert stats["n_audits"] >= 5, stats
-        assert c.get("/ready").status_code == 200

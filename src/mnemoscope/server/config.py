@@ -27,7 +27,7 @@ def hash_key(key: str) -> str:
 
     Example:
         >>> hash_key("secret")[:15]
-        'sha256:2bb80d5'
+        'sha256:2bb80d53'
     """
     return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
