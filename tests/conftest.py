@@ -43,3 +43,11 @@ def real_lm():
     from mnemoscope.models import load_model
 
     return load_model("default")
+
+
+@pytest.fixture(scope="session")
+def tiny_service(tmp_path_factory):
+    """(model folder, audit profile) of a tiny llama on disk, for real `mnemoscope serve` processes."""
+    from server_helpers import build_tiny_service
+
+    return build_tiny_service(tmp_path_factory.mktemp("tiny-service"))

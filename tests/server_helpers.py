@@ -128,3 +128,11 @@ def running(model_dir: Path, profile: Path, db: str, log: Path, *extra: str) -> 
         yield s
     finally:
         stop_server(s)
+
+
+@contextlib.contextmanager
+def serving(service: tuple[Path, Path], root: Path) -> Iterator[Server]:
+    """A server for ``service`` = (model folder, profile) with its database and log under ``root``."""
+    model_dir, profile = service
+    with running(model_dir, profile, str(root / "audits.db"), root / "server.log") as s:
+        yield s

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from server_helpers import API_KEY, Server, build_tiny_service, start_server, stop_server
+from server_helpers import API_KEY, Server, serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -59,14 +59,9 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("browser-svc")
-    model_dir, profile = build_tiny_service(root)
-    s = start_server(model_dir, profile, str(root / "audits.db"), root / "server.log")
-    try:
+def server(browser: Any, tiny_service: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tiny_service, tmp_path_factory.mktemp("browser-svc")) as s:
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from schemathesis.checks import (
 )
 from schemathesis.generation import GenerationMode
 
-from server_helpers import API_KEY, Server, build_tiny_service, start_server, stop_server
+from server_helpers import API_KEY, Server, serving
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MAX_EXAMPLES = int(os.environ.get("MNEMOSCOPE_FUZZ_EXAMPLES", "30"))  # per operation and phase
@@ -40,14 +40,9 @@ STRICT = os.environ.get("MNEMOSCOPE_FUZZ_STRICT") == "1"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("fuzz-svc")
-    model_dir, profile = build_tiny_service(root)
-    s = start_server(model_dir, profile, str(root / "audits.db"), root / "server.log")
-    try:
+def server(tiny_service: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tiny_service, tmp_path_factory.mktemp("fuzz-svc")) as s:
         yield s
-    finally:
-        stop_server(s)
 
 
 @pytest.fixture(scope="module")

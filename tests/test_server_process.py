@@ -23,7 +23,6 @@ pytest.importorskip("fastapi")
 from mnemoscope.server.storage import open_store
 from server_helpers import (
     API_KEY,
-    build_tiny_service,
     running,
     start_server,
     stop_server,
@@ -33,8 +32,8 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return build_tiny_service(tmp_path_factory.mktemp("svc"))
+def service(tiny_service: tuple[Path, Path]) -> tuple[Path, Path]:
+    return tiny_service
 
 
 def _stream(url: str, stop: threading.Event, acked: list[str], errors: list[str], i0: int) -> None:
