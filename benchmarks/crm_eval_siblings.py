@@ -5,7 +5,10 @@
 
 For each sibling: the leakage-free report (every method and analysis, the causal ones with
 the sibling loaded), the paper-protocol methods, written to ``<out>/<sibling>/`` (and
-``<out>/<sibling>/paper/``); then a comparison of all siblings in ``<out>/comparison``.
+``<out>/<sibling>/paper/``). Templates B-D may have been extracted on a subset
+(``--per-class``): the prompt control then compares all templates on the common records.
+``--templates-only`` adds the prompt control to an existing report when B-D were traced later.
+Compare siblings with ``mnemoscope crm report <out>/weak <out>/strong --out <out>/comparison``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import torch
 
 from mnemoscope.bench.crm_causal import causal_analyses, default_blocks, vocab_back_projection
-from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate
+from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate, template_control
 from mnemoscope.bench.crm_extract import load_folder
 from mnemoscope.bench.crm_run import write_report
 from mnemoscope.features.embedding import load_embedder
@@ -44,6 +47,11 @@ def main() -> None:
     )
     ap.add_argument("--tag", default="", help="prefix of the cache and output folders (e.g. gemma-)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--templates-only",
+        action="store_true",
+        help="add the prompt control to an existing <out>/<sibling>/report.json (templates traced later)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -57,6 +65,18 @@ def main() -> None:
         for t in "BCD":
             if (cache / f"{args.tag}{sib}-{t}" / "extract.json").is_file():
                 templates[t] = load_folder(cache / f"{args.tag}{sib}-{t}", keep_without=False).data
+        # templates B-D may cover a subset (--per-class): compare every template on the same records
+        common = set.intersection(*(set(d.ids) for d in templates.values()))
+        templates = {
+            k: d.subset([i for i, r in enumerate(d.ids) if r in common]) for k, d in templates.items()
+        }
+        if args.templates_only:
+            out_dir = Path(args.out) / f"{args.tag}{sib}"
+            rep = json.loads((out_dir / "report.json").read_text())
+            rep["analyses"]["templates"] = template_control(templates, cfg)
+            write_report(rep, out_dir, title=f"CRM on {rep['model']['name']} + {sib} sibling")
+            print(json.dumps({sib: rep["analyses"]["templates"]}, default=str), flush=True)
+            continue
         ctx = emb.encode([p.context for p in folder.pairs])
         texts = [p.context for p in folder.pairs]
         rep = evaluate(
