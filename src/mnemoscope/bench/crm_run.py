@@ -31,7 +31,7 @@ from mnemoscope.errors import InputError
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.store import _write_json_atomic
 
-__all__ = ["fit_artifact", "run_eval", "write_report"]
+__all__ = ["fit_artifact", "fit_crm", "run_eval", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,21 @@ def fit_artifact(
     cv: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> FittedCRM:
-    """Fit CRM on every sample of a CRM folder and save the artefact.
+    """Fit CRM on every sample of a CRM folder (:func:`fit_crm`) and save the artefact."""
+    art = fit_crm(folder, classifier=classifier, eval_config=eval_config, levels=levels, cv=cv)
+    save_crm(art, out)
+    return art
+
+
+def fit_crm(
+    folder: CRMFolder,
+    *,
+    classifier: ClassifierKind | str = "lr",
+    eval_config: CRMEvalConfig | None = None,
+    levels: Sequence[str] | None = None,
+    cv: bool = True,
+) -> FittedCRM:
+    """Fit CRM on every sample of ``folder.data`` and return the (unsaved) artefact.
 
     With ``cv=True`` the leakage-free CV AUC of the same pipeline is measured first and
     stored in the artefact's ``metrics``. ``classifier="none"`` fits directions and
@@ -199,7 +213,6 @@ def fit_artifact(
             settings=settings,
             metrics={"n": len(data)},
         )
-        save_crm(art, out)
         return art
     if data.labels is None:
         raise InputError("fitting a classifier needs a label on every record", field="label")
@@ -215,9 +228,7 @@ def fit_artifact(
     metrics["n"] = len(y)
     pipe.set_params(clf__random_state=c.seed)
     pipe.fit(data, y)
-    art = from_pipeline(pipe, model=folder.meta["model"], settings=settings, metrics=metrics)
-    save_crm(art, out)
-    return art
+    return from_pipeline(pipe, model=folder.meta["model"], settings=settings, metrics=metrics)
 
 
 def load_reports(paths: Sequence[str | Path]) -> dict[str, dict[str, Any]]:

@@ -400,7 +400,7 @@ def create_app(
         prof = eng.profile
         b: Batcher = st["batcher"]
         return {
-            "model": {**eng.model_info, "n_layers": eng.model_info.get("n_layers")},
+            "model": eng.model_info,
             "profile": {
                 "path": str(prof.path),
                 "hash": prof.content_hash,

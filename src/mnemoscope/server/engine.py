@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.server.profile import AuditProfile
 from mnemoscope.trace.pair import PairItem, PreparedPair, prepare_pair, trace_prepared
@@ -95,6 +96,8 @@ class AuditEngine:
         self.max_context_tokens = max_context_tokens
         self.max_query_tokens = max_query_tokens
         self.tracer = Tracer(lm, batch_size=batch_size)
+        # the calibrated detector's own scoring (estimator, direction, aggregate, T)
+        self._repcs = RePCS(**profile.repcs_params)
         self._embedder: Any = None
         if profile.needs_level1:
             from mnemoscope.features.embedding import load_embedder
@@ -160,18 +163,9 @@ class AuditEngine:
     def _score(self, t: PairTrace, req: AuditRequest, n_ctx_tokens: int) -> AuditResult:
         prof = self.profile
         crm = prof.crm
-        assert t.h_with is not None and t.h_without is not None
-        disp = t.h_with.astype(np.float64) - t.h_without.astype(np.float64)
-        lts = crm.lts(disp)
+        lts = crm.lts(t.displacement)
         z, flagged, score, flag = prof.anomaly.decide(lts, crm)
-        kl = t.kl_steps[: req.max_new_tokens or prof.max_new_tokens]
-        agg = prof.repcs_params.get("aggregate", "sum")
-        direction = prof.repcs_params.get("direction", "forward")
-        if direction == "reverse":
-            kl = t.kl_rev_steps[: len(kl)]
-        elif direction == "symmetric":
-            kl = kl + t.kl_rev_steps[: len(kl)]
-        zscore = float(kl.sum() if agg == "sum" else (kl.mean() if len(kl) else 0.0))
+        zscore = float(self._repcs.z([t])[0])
         proba = None
         notes = []
         if crm.classifier != "none":

@@ -36,7 +36,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -230,9 +230,9 @@ def calibrate_profile(
         InputError: too few usable records, a label vector that cannot fit what was asked
             (a classifier needs both labels), or no clean record to calibrate on.
     """
+    from mnemoscope.bench.crm_eval import CRMEvalConfig
     from mnemoscope.bench.crm_extract import CRMExtractConfig, extract, load_folder
-    from mnemoscope.detectors.crm import LTSProjector, crm_pipeline
-    from mnemoscope.detectors.crm_artifact import from_pipeline
+    from mnemoscope.bench.crm_run import fit_crm
     from mnemoscope.detectors.repcs import RePCS
 
     c = config or CalibrationConfig()
@@ -284,41 +284,17 @@ def calibrate_profile(
     hold = np.sort(rng.permutation(clean_idx)[:n_hold]) if n_hold > 0 else np.array([], int)
     fit_mask = np.ones(n, bool)
     fit_mask[hold] = False
-    fit_data = data.subset(fit_mask)
-    kw: dict[str, Any] = {
-        "direction": c.direction,
-        "selection": "variance_share",
-        "variance_threshold": c.variance_threshold,
-    }
-    settings = {"levels": list(c.levels), **kw, "kl_split": None, "extract": asdict(ex_cfg)}
-    metrics: dict[str, Any] = {"n_fit": int(fit_mask.sum())}
-    if kind == "none":
-        if c.direction == "mean_diff":
-            raise InputError("the mean-difference direction needs labels; use direction 'pc'")
-        proj = LTSProjector(**kw).fit(fit_data)
-        crm = FittedCRM(
-            layers=np.asarray(proj.layers_, dtype=np.int64),
-            directions=np.asarray(proj.directions_, dtype=np.float64),
-            lts_mean=np.asarray(proj.lts_mean_, dtype=np.float64),
-            lts_std=np.asarray(proj.lts_std_, dtype=np.float64),
-            surface_names=(),
-            scaler_mean=None,
-            scaler_scale=None,
-            classifier="none",
-            model=lm.info.to_dict(),
-            settings=settings,
-            metrics=metrics,
-        )
-    else:
-        y = np.asarray(fit_data.labels)
-        if len(np.unique(y)) < 2:
-            raise InputError("after holding out clean records for the threshold only one label is left")
-        lv = tuple(c.levels)
-        pipe = crm_pipeline(classifier=kind, levels=lv, **kw)  # type: ignore[arg-type]
-        if kind == "xgb":
-            pipe.set_params(clf__random_state=c.seed)
-        pipe.fit(fit_data, y)
-        crm = from_pipeline(pipe, model=lm.info.to_dict(), settings=settings, metrics=metrics)
+    if kind != "none" and len(np.unique(np.asarray(data.labels)[fit_mask])) < 2:
+        raise InputError("after holding out clean records for the threshold only one label is left")
+    crm = fit_crm(
+        replace(folder, data=data.subset(fit_mask)),
+        classifier=kind,
+        eval_config=CRMEvalConfig(
+            direction=c.direction, variance_threshold=c.variance_threshold, seed=c.seed
+        ),
+        levels=c.levels,
+        cv=False,
+    )
     # anomaly reference: the clean fit records
     fit_clean = clean & fit_mask
     lts_clean = crm.lts(data.disp[fit_clean])

@@ -84,19 +84,39 @@ class AuditStore:
     Use :func:`open_store` to build one from a path or URL.
     """
 
-    def __init__(self, conn: Any, *, pg: bool, url: str, checkpoint_every: int = 64, lock_file: Any = None):
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        pg: bool,
+        url: str,
+        checkpoint_every: int = 64,
+        lock_file: Any = None,
+        readonly: bool = False,
+    ):
         self._conn = conn
         self._pg = pg
         self.url = url
+        self.readonly = readonly
         self.checkpoint_every = max(1, int(checkpoint_every))
         self._lock = threading.Lock()
         self._lock_file = lock_file
         self._leaves: list[bytes] | None = None
         self._q = "%s" if pg else "?"
         with self._lock:
+            if readonly:  # no DDL: a read-only view never creates or changes anything
+                try:
+                    self._exec("SELECT 1 FROM audits LIMIT 1").fetchone()
+                except Exception as e:
+                    raise StorageError(f"{url} is not an audit database ({e})") from e
+                return
             for stmt in _ddl(pg):
                 self._exec(stmt)
             self._commit()
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise StorageError("this store was opened read-only")
 
     # -- low level ---------------------------------------------------------------------------------
 
@@ -133,6 +153,7 @@ class AuditStore:
         Each record needs ``id``, ``created_at``, ``anomaly_flag``, ``repcs.memorized`` (or
         ``memorized``) and ``latency_ms``; the whole dict is the hashed content.
         """
+        self._check_writable()
         if not records:
             return []
         with self._lock:
@@ -190,6 +211,7 @@ class AuditStore:
 
     def checkpoint(self) -> Checkpoint | None:
         """Write a checkpoint at the current head now (e.g. on shutdown); ``None`` if empty or present."""
+        self._check_writable()
         with self._lock:
             seq, head = self._head_locked()
             if seq == 0:
@@ -211,6 +233,7 @@ class AuditStore:
 
         Hashes stay, so the chain and the checkpoints still verify.
         """
+        self._check_writable()
         with self._lock:
             cur = self._exec(
                 "UPDATE audits SET content = NULL WHERE created_at < ? AND content IS NOT NULL", (older_than,)
@@ -367,17 +390,15 @@ def open_store(url: str | Path, *, readonly: bool = False, checkpoint_every: int
             pconn: Any = psycopg.connect(s, autocommit=False)
         except Exception as e:
             raise StorageError(f"cannot connect to {s.split('@')[-1]}: {e}") from e
-        store = AuditStore(pconn, pg=True, url=s, checkpoint_every=checkpoint_every)
         if readonly:
-            pconn.rollback()
             pconn.read_only = True
-        return store
+        return AuditStore(pconn, pg=True, url=s, checkpoint_every=checkpoint_every, readonly=readonly)
     path = Path(s[len("sqlite:///") :] if s.startswith("sqlite:///") else s).expanduser()
     if readonly:
         if not path.is_file():
             raise StorageError(f"no audit database at {path}")
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        return _ReadOnlySQLite(conn, pg=False, url=str(path), checkpoint_every=checkpoint_every)
+        return AuditStore(conn, pg=False, url=str(path), checkpoint_every=checkpoint_every, readonly=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_file = _take_writer_lock(path)
     try:
@@ -411,24 +432,3 @@ def _take_writer_lock(path: Path) -> Any:
     f.write(str(os.getpid()))
     f.flush()
     return f
-
-
-class _ReadOnlySQLite(AuditStore):
-    """A read-only view (no DDL, no writes): for ``log verify`` beside a running server."""
-
-    def __init__(self, conn: Any, *, pg: bool, url: str, checkpoint_every: int = 64):
-        self._conn = conn
-        self._pg = pg
-        self.url = url
-        self.checkpoint_every = checkpoint_every
-        self._lock = threading.Lock()
-        self._lock_file = None
-        self._leaves = None
-        self._q = "?"
-        try:
-            conn.execute("SELECT 1 FROM audits LIMIT 1")
-        except sqlite3.Error as e:
-            raise StorageError(f"{url} is not an audit database ({e})") from e
-
-    def append(self, records: Sequence[dict[str, Any]]) -> list[int]:
-        raise StorageError("this store was opened read-only")
