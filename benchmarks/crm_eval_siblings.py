@@ -48,6 +48,11 @@ def main() -> None:
     ap.add_argument("--tag", default="", help="prefix of the cache and output folders (e.g. gemma-)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
+        "--templates",
+        default="ABCD",
+        help="templates of the prompt control to load if extracted (e.g. AD while B and C are still being traced)",
+    )
+    ap.add_argument(
         "--templates-only",
         action="store_true",
         help="add the prompt control to an existing <out>/<sibling>/report.json (templates traced later)",
@@ -63,7 +68,7 @@ def main() -> None:
         folder = load_folder(cache / f"{args.tag}{sib}-A")
         templates = {"A": folder.data}
         for t in "BCD":
-            if (cache / f"{args.tag}{sib}-{t}" / "extract.json").is_file():
+            if t in args.templates.upper() and (cache / f"{args.tag}{sib}-{t}" / "extract.json").is_file():
                 templates[t] = load_folder(cache / f"{args.tag}{sib}-{t}", keep_without=False).data
         # templates B-D may cover a subset (--per-class): compare every template on the same records
         common = set.intersection(*(set(d.ids) for d in templates.values()))
