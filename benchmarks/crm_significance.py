@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from mnemoscope.bench.crm_eval import CRMEvalConfig, _lts_kw, run_method
+from mnemoscope.bench.crm_eval import CRMEvalConfig, _lts_kw, permutation_control, run_method
 from mnemoscope.bench.crm_extract import load_folder
 from mnemoscope.detectors.crm import crm_pipeline
 
@@ -44,27 +44,20 @@ def main() -> None:
     y = np.asarray(data.labels)
     c = replace(CRMEvalConfig(), n_resamples=200)
     has_l1 = "l1_embed_dist" in data.surface_names
-    variants = {
-        "crm_lr": ("l1", "l2", "l3") if has_l1 else ("l2", "l3"),
-        "crm_l3_lr": ("l3",),
-    }
+    variants = {"crm_lr": ("l1", "l2", "l3") if has_l1 else ("l2", "l3"), "crm_l3_lr": ("l3",)}
     out: dict[str, object] = {"folder": args.folder, "n": int(y.size)}
     for name, levels in variants.items():
 
-        def auc(labels: np.ndarray, cfg: CRMEvalConfig, levels: tuple[str, ...] = levels) -> float:
-            pipe = crm_pipeline(levels=levels, **_lts_kw(cfg))
-            est = run_method(pipe, data.with_labels(labels), labels, cfg).auc.estimate
+        def auc(cfg: CRMEvalConfig, levels: tuple[str, ...] = levels) -> float:
+            est = run_method(crm_pipeline(levels=levels, **_lts_kw(cfg)), data, y, cfg).auc.estimate
             return float("nan") if est is None else float(est)
 
-        real = auc(y, c)
-        gen = np.random.default_rng(12345)
-        perm = [
-            auc(gen.permutation(y), c)
-            for _ in tqdm(range(args.permutations), desc=f"{name} permutations", unit="perm")
-        ]
-        seeds = [
-            auc(y, replace(c, seed=s)) for s in tqdm(range(args.seeds), desc=f"{name} seeds", unit="seed")
-        ]
+        real = auc(c)
+        print(f"{name}: {args.permutations} permutations ...", flush=True)
+        perm = permutation_control(
+            data, y, replace(c, n_permutations=args.permutations), None, levels=levels, seed=12345
+        )["aucs"]
+        seeds = [auc(replace(c, seed=s)) for s in tqdm(range(args.seeds), desc=f"{name} seeds", unit="seed")]
         perm_a = np.asarray(perm)
         out[name] = {
             "roc_auc_seed42": real,

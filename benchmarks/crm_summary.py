@@ -15,16 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-
-def f(v: Any) -> str:
-    return "n/a" if v is None else f"{v:.3f}"
+from mnemoscope.report.crm import _ci
+from mnemoscope.report.crm import _f as f
 
 
 def ci(e: dict[str, Any] | None) -> str:
-    if not e or e.get("roc_auc") is None:
-        return "not extracted"
-    lo, hi = e.get("roc_auc_ci") or [None, None]
-    return f"{f(e['roc_auc'])} [{f(lo)}, {f(hi)}]"
+    return "not extracted" if not e or e.get("roc_auc") is None else _ci(e)
 
 
 def signed(v: float | None) -> str:
@@ -72,11 +68,16 @@ def layer_row(sib: str, r: dict[str, Any]) -> str:
     )
 
 
-def noise_table(sibs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    out = [
-        "| sibling | block (layers) | eps 0.1 | eps 0.5 | eps 1.0 |",
-        "|---|---|---|---|---|",
-    ]
+def table(header: str, rows: list[str]) -> None:
+    """Print a Markdown table: the header, its separator (one cell per column), the rows."""
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    print("\n".join(rows))
+    print()
+
+
+def noise_rows(sibs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    out = []
     for sib, r in sibs:
         c = r["analyses"].get("causal") or {}
         blocks = c.get("blocks", {})
@@ -111,32 +112,26 @@ def main() -> None:
         path = Path(args.out) / s / "report.json"
         if path.is_file():
             sibs.append((s, json.loads(path.read_text())))
-    print(
+    table(
         "| sibling | model | n | best likelihood | CRM-LR | CRM-XGB | L1+L2 only | L3 only | "
-        "permuted (10x) | template std | same-topic delta (CRM-LR) |"
+        "permuted (10x) | template std | same-topic delta (CRM-LR) |",
+        [main_row(s, r) for s, r in sibs],
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for s, r in sibs:
-        print(main_row(s, r))
-    print()
-    print(
+    table(
         "| sibling | target layers | best single layers (sweep) | best single-layer AUC | "
-        "leave-one-layer-out max abs delta | causal n | clean L3 AUC | patching peak layer |"
+        "leave-one-layer-out max abs delta | causal n | clean L3 AUC | patching peak layer |",
+        [layer_row(s, r) for s, r in sibs],
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for s, r in sibs:
-        print(layer_row(s, r))
-    print()
-    print("\n".join(noise_table(sibs)))
-    print()
-    print(
-        "| sibling | static MIA (LR) | logit-lens KL | attention flow | gradient norm | raw PCA-8 displacement "
-        "| per-layer L2 norms | supervised direction | paper protocol CRM-LR / XGB / supervised |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    table("| sibling | block (layers) | eps 0.1 | eps 0.5 | eps 1.0 |", noise_rows(sibs))
+    rows = []
     for s, r in sibs:
         pp = Path(args.out) / s / "paper" / "report.json"
-        print(other_row(s, r, json.loads(pp.read_text()) if pp.is_file() else None))
+        rows.append(other_row(s, r, json.loads(pp.read_text()) if pp.is_file() else None))
+    table(
+        "| sibling | static MIA (LR) | logit-lens KL | attention flow | gradient norm | raw PCA-8 displacement "
+        "| per-layer L2 norms | supervised direction | paper protocol CRM-LR / XGB / supervised |",
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -380,15 +380,26 @@ def evaluate(
 
 
 def permutation_control(
-    data: CRMData, y: np.ndarray, c: CRMEvalConfig, cal: np.ndarray | None
+    data: CRMData,
+    y: np.ndarray,
+    c: CRMEvalConfig,
+    cal: np.ndarray | None,
+    *,
+    levels: tuple[str, ...] | None = None,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """CRM-LR AUC with shuffled labels, ``n_permutations`` times (features unchanged)."""
-    gen = np.random.default_rng(c.seed)
-    has_l1 = "l1_embed_dist" in data.surface_names
+    """CRM-LR AUC with shuffled labels, ``n_permutations`` times (features unchanged).
+
+    ``levels`` defaults to every level the data has (L1 when extracted, L2, L3); ``seed``
+    (of the shuffles) defaults to ``c.seed``.
+    """
+    gen = np.random.default_rng(c.seed if seed is None else seed)
+    if levels is None:
+        levels = ("l1", "l2", "l3") if "l1_embed_dist" in data.surface_names else ("l2", "l3")
     aucs: list[float] = []
     for _ in range(c.n_permutations):
         yp = gen.permutation(y)
-        pipe = crm_pipeline(levels=("l1", "l2", "l3") if has_l1 else ("l2", "l3"), **_lts_kw(c))
+        pipe = crm_pipeline(levels=levels, **_lts_kw(c))
         auc = run_method(pipe, data.with_labels(yp), yp, c, cal).auc.estimate
         aucs.append(float("nan") if auc is None else auc)
     return {"aucs": aucs, "mean": float(np.mean(aucs)), "std": float(np.std(aucs)), "n": c.n_permutations}
