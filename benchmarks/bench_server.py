@@ -126,7 +126,7 @@ def bare_reference(
 
     from mnemoscope.models import load_model
     from mnemoscope.server.engine import AuditEngine, AuditRequest
-    from mnemoscope.server.profile import load_profile
+    from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.trace import Tracer, prepare_pair
     from mnemoscope.trace.pair import PairItem
 

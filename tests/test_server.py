@@ -33,7 +33,7 @@ from mnemoscope.server.ledger import (
     merkle_root,
     verify_log,
 )
-from mnemoscope.server.profile import (
+from mnemoscope.pipelines.profile import (
     CalibrationConfig,
     ProfileError,
     calibrate_profile,

@@ -17,7 +17,7 @@ from mnemoscope.data.records import read_records
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
 from mnemoscope.server.engine import AuditEngine, AuditRequest
-from mnemoscope.server.profile import CalibrationConfig, calibrate_profile, load_profile
+from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile, load_profile
 from mnemoscope.server.storage import open_store
 
 pytestmark = pytest.mark.real_model

@@ -118,7 +118,7 @@ def _sample(records: list[Any], n: int | None, seed: int) -> list[Any]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from mnemoscope.data.records import read_records
-    from mnemoscope.server.profile import CalibrationConfig, calibrate_profile
+    from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile
 
     path = args.input
     if path == SHIPPED:

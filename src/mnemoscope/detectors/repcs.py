@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator
 
 from mnemoscope.detectors.base import MembershipData, MembershipMethod, Requirement
 from mnemoscope.errors import InputError
+from mnemoscope.stats.conformal import conformal_lower
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -187,13 +188,11 @@ def quantile_threshold(
     (the conformal quantile). With fewer than 1/alpha - 1 scores no such k exists
     and tau = -inf (nothing is ever flagged): calibrate on more queries.
     """
-    z = np.sort(np.asarray(z, dtype=np.float64))
-    if not 0 < alpha < 1:
-        raise InputError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
     if method == "paper":
-        return float(np.quantile(z, alpha))
-    k = math.floor(alpha * (len(z) + 1))
-    return float(z[k - 1]) if k >= 1 else float("-inf")
+        if not 0 < alpha < 1:
+            raise InputError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
+        return float(np.quantile(np.asarray(z, dtype=np.float64), alpha))
+    return conformal_lower(z, alpha)
 
 
 def dkw_epsilon(n: int, delta: float) -> float:

@@ -481,7 +481,7 @@ def _load_engine(settings: ServerSettings) -> AuditEngine:
     import torch
 
     from mnemoscope.models import load_model
-    from mnemoscope.server.profile import load_profile
+    from mnemoscope.pipelines.profile import load_profile
 
     if settings.threads:
         torch.set_num_threads(settings.threads)

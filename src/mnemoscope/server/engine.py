@@ -21,7 +21,7 @@ import numpy as np
 
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.errors import InputError, MnemoscopeError
-from mnemoscope.server.profile import AuditProfile
+from mnemoscope.pipelines.profile import AuditProfile
 from mnemoscope.trace.pair import PairItem, PreparedPair, prepare_pair, trace_prepared
 from mnemoscope.trace.tracer import Tracer
 from mnemoscope.trace.types import PairTrace

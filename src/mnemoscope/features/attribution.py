@@ -1,0 +1,406 @@
+"""Token-level attribution: which words of an answer came from the context, which from memory.
+
+For every answer token y_t of a paired trace the two paths give ``log p(y_t | c, q, y_<t)``
+(with the context) and ``log p(y_t | q, y_<t)`` (query alone). Their difference is the
+pointwise context information of the token::
+
+    pmi_t = log p(y_t | c, q, y_<t) - log p(y_t | q, y_<t)
+
+Tokens are grouped into words (a word starts at a piece with leading whitespace or at
+punctuation), and a word's PMI is the sum of its tokens' PMIs, i.e. ``log p(word | c, q) -
+log p(word | q)`` by the chain rule, so a rare name split into five sub-word pieces is judged
+as one unit. Each word is then
+
+* **neutral** when it carries no content: whitespace, punctuation, a function word, or a word
+  the query itself contains (restating the question is neither memory nor context);
+* **context** when the context raised its probability by more than the calibrated margin
+  (``word_pmi > margin``);
+* **memory** when the query alone already predicts it: every token of the word is the top-1
+  token of the no-context distribution at its step (greedy decoding without the context
+  would write the same word) and the context did not raise it beyond the margin;
+* **neutral** otherwise (neither path is confident: no evidence either way).
+
+The margin is calibrated on answers known to come from memory
+(:func:`calibrate_margin`): the ``quantile`` of their content words' PMI, and never below
+``log 2`` (the context must at least double a word's probability). Tokens inherit their
+word's source; spans merge consecutive words of the same source, with character offsets into
+the answer text.
+
+Pure functions of numbers and strings: the pipeline decodes the token pieces.
+
+Example:
+    >>> toks = attribute_tokens(
+    ...     pieces=[" The", " river", " is", " Zorblat", "."],
+    ...     logp_with=np.log([0.9, 0.8, 0.9, 0.7, 0.9]),
+    ...     logp_without=np.log([0.9, 0.7, 0.9, 0.001, 0.9]),
+    ...     kl=np.zeros(5),
+    ...     top1_without=np.array([True, True, True, False, True]),
+    ...     query="Which river runs through Quenmar?",
+    ...     margin=np.log(2),
+    ... )
+    >>> [(t.text, t.source) for t in toks]
+    [(' The', 'neutral'), (' river', 'neutral'), (' is', 'neutral'), (' Zorblat', 'context'), ('.', 'neutral')]
+    >>> [(s.text, s.source) for s in merge_spans(toks) if s.source != "neutral"]
+    [('Zorblat', 'context')]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from mnemoscope.errors import InputError
+
+__all__ = [
+    "MIN_MARGIN",
+    "Span",
+    "TokenAttribution",
+    "TokenSource",
+    "attribute_tokens",
+    "calibrate_margin",
+    "content_word_pmis",
+    "context_token_fraction",
+    "merge_spans",
+]
+
+TokenSource = Literal["context", "memory", "neutral"]
+MIN_MARGIN = math.log(2.0)
+
+# Closed-class English words: they carry grammar, not facts.
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "nor",
+        "so",
+        "yet",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "from",
+        "by",
+        "with",
+        "about",
+        "as",
+        "into",
+        "onto",
+        "upon",
+        "over",
+        "under",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "having",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "it",
+        "its",
+        "it's",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "what",
+        "when",
+        "where",
+        "why",
+        "how",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "him",
+        "her",
+        "us",
+        "them",
+        "my",
+        "your",
+        "his",
+        "our",
+        "their",
+        "mine",
+        "yours",
+        "ours",
+        "theirs",
+        "not",
+        "no",
+        "yes",
+        "than",
+        "then",
+        "also",
+        "very",
+        "too",
+        "just",
+        "only",
+        "both",
+        "each",
+        "all",
+        "any",
+        "some",
+        "such",
+        "own",
+        "same",
+        "other",
+        "another",
+        "more",
+        "most",
+        "answer",
+        "answers",
+    ]
+)
+_WORD_RE = re.compile(r"[\w'’-]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class TokenAttribution:
+    """One answer token: its text, where it came from, and the numbers behind the call."""
+
+    text: str
+    source: TokenSource
+    pmi: float
+    kl: float
+    logp_with: float
+    logp_without: float
+    word_pmi: float
+    start: int
+    end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Consecutive words of one source, with character offsets into the answer."""
+
+    text: str
+    source: TokenSource
+    start: int
+    end: int
+    pmi: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_punct(s: str) -> bool:
+    return bool(s) and all(unicodedata.category(ch)[0] in "PSZ" or ch.isspace() for ch in s)
+
+
+def _norm(word: str) -> str:
+    return word.strip().strip("'’-").lower()
+
+
+def _query_words(query: str) -> set[str]:
+    return {_norm(w) for w in _WORD_RE.findall(query)}
+
+
+def _words(pieces: Sequence[str]) -> list[list[int]]:
+    """Group token indices into words: a word starts at leading whitespace or punctuation."""
+    groups: list[list[int]] = []
+    for i, p in enumerate(pieces):
+        starts = (
+            not groups
+            or p[:1].isspace()
+            or _is_punct(p)
+            or _is_punct(pieces[groups[-1][-1]])
+            or not p.strip()
+        )
+        if starts:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+    return groups
+
+
+def _content(word: str, qwords: set[str]) -> bool:
+    w = _norm(word)
+    if not w or _is_punct(word.strip()) or w in _FUNCTION_WORDS or w in qwords:
+        return False
+    return any(ch.isalnum() for ch in w)
+
+
+def attribute_tokens(
+    *,
+    pieces: Sequence[str],
+    logp_with: np.ndarray,
+    logp_without: np.ndarray,
+    kl: np.ndarray,
+    top1_without: np.ndarray,
+    query: str,
+    margin: float,
+) -> list[TokenAttribution]:
+    """Label every answer token context / memory / neutral (module doc).
+
+    Args:
+        pieces: the text each answer token adds to the decoded answer (``""`` for a special
+            token such as EOS); ``"".join(pieces)`` is the answer text.
+        logp_with, logp_without: ``[step]`` log p(y_t) on the with- and no-context paths.
+        kl: ``[step]`` KL(p_with || p_without) at each step (reported, not used for the call).
+        top1_without: ``[step]`` whether y_t is the no-context path's most likely token.
+        query: the query (words it contains are neutral in the answer).
+        margin: the calibrated PMI margin in nats (``>= log 2`` recommended).
+    """
+    n = len(pieces)
+    arrays = {
+        "logp_with": np.asarray(logp_with, dtype=np.float64),
+        "logp_without": np.asarray(logp_without, dtype=np.float64),
+        "kl": np.asarray(kl, dtype=np.float64),
+    }
+    for name, a in arrays.items():
+        if a.shape != (n,):
+            raise InputError(f"{name} has shape {a.shape}, expected ({n},) like the token pieces", field=name)
+        if not np.all(np.isfinite(a)):
+            raise InputError("non-finite value (NaN or inf)", field=name)
+    top1 = np.asarray(top1_without, dtype=bool)
+    if top1.shape != (n,):
+        raise InputError(f"top1_without has shape {top1.shape}, expected ({n},)", field="top1_without")
+    if not math.isfinite(margin):
+        raise InputError("margin must be finite", field="margin")
+    pmi = arrays["logp_with"] - arrays["logp_without"]
+    qwords = _query_words(query)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
+    out: list[TokenAttribution | None] = [None] * n
+    for group in _words(pieces):
+        word = "".join(pieces[i] for i in group)
+        wpmi = float(pmi[group].sum())
+        src: TokenSource = "neutral"
+        if _content(word, qwords):
+            if wpmi > margin:
+                src = "context"
+            elif bool(top1[group].all()):
+                src = "memory"
+        for i in group:
+            out[i] = TokenAttribution(
+                text=pieces[i],
+                source=src,
+                pmi=float(pmi[i]),
+                kl=float(arrays["kl"][i]),
+                logp_with=float(arrays["logp_with"][i]),
+                logp_without=float(arrays["logp_without"][i]),
+                word_pmi=wpmi,
+                start=int(offsets[i]),
+                end=int(offsets[i + 1]),
+            )
+    return [t for t in out if t is not None]
+
+
+def merge_spans(tokens: Sequence[TokenAttribution]) -> list[Span]:
+    """Merge consecutive tokens of one source into spans (whitespace trimmed from the edges).
+
+    Neutral whitespace/punctuation between two spans of the same source joins them, so
+    "Jules Verne" is one memory span even though it is two words.
+    """
+    spans: list[Span] = []
+    i = 0
+    n = len(tokens)
+    while i < n:
+        src = tokens[i].source
+        j = i + 1
+        while j < n:
+            if tokens[j].source == src:
+                j += 1
+                continue
+            # bridge a run of blank pieces between two runs of the same source
+            k = j
+            while k < n and not tokens[k].text.strip():
+                k += 1
+            if src != "neutral" and k < n and k > j and tokens[k].source == src:
+                j = k
+                continue
+            break
+        start, end = tokens[i].start, tokens[j - 1].end
+        text = "".join(t.text for t in tokens[i:j])
+        lead = len(text) - len(text.lstrip())
+        trail = len(text) - len(text.rstrip())
+        if text.strip():
+            spans.append(
+                Span(
+                    text=text.strip(),
+                    source=src,
+                    start=start + lead,
+                    end=end - trail,
+                    pmi=float(sum(t.pmi for t in tokens[i:j])),
+                )
+            )
+        i = j
+    return spans
+
+
+def context_token_fraction(tokens: Sequence[TokenAttribution]) -> float | None:
+    """Share of non-neutral tokens that the context supports; ``None`` when every token is neutral."""
+    ctx = sum(t.source == "context" for t in tokens)
+    mem = sum(t.source == "memory" for t in tokens)
+    return None if ctx + mem == 0 else ctx / (ctx + mem)
+
+
+def content_word_pmis(pieces: Sequence[str], pmi: np.ndarray, query: str) -> np.ndarray:
+    """PMI of every content word of one answer (for :func:`calibrate_margin`)."""
+    qwords = _query_words(query)
+    vals = []
+    for group in _words(pieces):
+        word = "".join(pieces[i] for i in group)
+        if _content(word, qwords):
+            vals.append(float(np.asarray(pmi)[group].sum()))
+    return np.asarray(vals, dtype=np.float64)
+
+
+def calibrate_margin(memory_word_pmis: Sequence[float] | np.ndarray, quantile: float = 0.9) -> float:
+    """The PMI margin: the ``quantile`` of content-word PMI on answers known to come from memory.
+
+    At most ``1 - quantile`` of memory words then exceed it (in the calibration data); the
+    margin never goes below ``log 2``.
+
+    Example:
+        >>> round(calibrate_margin(np.linspace(0, 2, 11), 0.9), 3)
+        1.8
+        >>> round(calibrate_margin([0.0, 0.1]), 3)
+        0.693
+    """
+    v = np.asarray(memory_word_pmis, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not 0 < quantile < 1:
+        raise InputError(f"quantile must be in (0, 1), got {quantile}", field="quantile")
+    if len(v) == 0:
+        return MIN_MARGIN
+    return float(max(MIN_MARGIN, np.quantile(v, quantile)))
