@@ -3,7 +3,7 @@ whose message is one clear line; the CLI prints it without a traceback."""
 
 from __future__ import annotations
 
-__all__ = ["InputError", "MnemoscopeError", "ModelLoadError", "TraceStoreError"]
+__all__ = ["InputError", "InputTooLongError", "MnemoscopeError", "ModelLoadError", "TraceStoreError"]
 
 
 class MnemoscopeError(Exception):
@@ -33,6 +33,10 @@ class InputError(MnemoscopeError):
         prefix = (", ".join(where) + ": ") if where else ""
         super().__init__(prefix + message)
         self.reason = message
+
+
+class InputTooLongError(InputError):
+    """A text is longer than a limit (the model's window or a configured cap): HTTP 413."""
 
 
 class TraceStoreError(MnemoscopeError):

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from mnemoscope.errors import InputError
+from mnemoscope.errors import InputError, InputTooLongError
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.hooks import StateCapture, eager_attention, registered_hooks
 from mnemoscope.trace.types import PromptTrace
@@ -139,7 +139,7 @@ class Tracer:
             raise InputError("prompt is empty (0 tokens)", record=record, field=field)
         if limit is not None and n_tokens + extra > limit:
             more = f" plus {extra} generated tokens" if extra else ""
-            raise InputError(
+            raise InputTooLongError(
                 f"prompt is {n_tokens} tokens{more}, over the model's window of {limit} tokens",
                 record=record,
                 field=field,
