@@ -20,10 +20,17 @@ from fastapi.testclient import TestClient
 
 from helpers import tiny_lm
 from mnemoscope.errors import InputError
+from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
+from mnemoscope.pipelines.profile import (
+    CalibrationConfig,
+    ProfileError,
+    calibrate_profile,
+    conformal_upper,
+    load_profile,
+)
 from mnemoscope.server.app import create_app
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import hash_key, load_settings
-from mnemoscope.server.engine import AuditEngine, AuditFailure, AuditRequest
 from mnemoscope.server.ledger import (
     GENESIS,
     Checkpoint,
@@ -32,13 +39,6 @@ from mnemoscope.server.ledger import (
     leaf_hash,
     merkle_root,
     verify_log,
-)
-from mnemoscope.pipelines.profile import (
-    CalibrationConfig,
-    ProfileError,
-    calibrate_profile,
-    conformal_upper,
-    load_profile,
 )
 from mnemoscope.server.storage import StorageError, open_store
 from server_helpers import API_KEY, tiny_records
@@ -311,7 +311,7 @@ def test_calibration_bad_input(lm: Any, tmp_path: Path) -> None:
 
 
 def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path) -> None:
-    eng = AuditEngine(lm, load_profile(profile_dir), max_context_tokens=200)
+    eng = Auditor(lm, load_profile(profile_dir), max_context_tokens=200)
     reqs = [
         AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?"),
         AuditRequest("ctx", "   "),
@@ -323,20 +323,27 @@ def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path
     assert isinstance(out[1], AuditFailure) and out[1].status == 422 and out[1].field == "query"
     assert isinstance(out[2], AuditFailure) and out[2].status == 413 and "200" in out[2].message
     a, empty, short = out[0], out[3], out[4]
-    assert not isinstance(a, AuditFailure) and not isinstance(empty, AuditFailure)
-    assert not isinstance(short, AuditFailure) and short.n_steps <= 2
-    assert len(a.lts_trajectory) == len(a.layers) and a.repcs_kl >= 0 and 0 <= (a.crm_probability or 0) <= 1
-    assert empty.identical_prompts and not empty.anomaly_flag and empty.repcs_kl < 1e-9 and empty.notes
+    assert isinstance(a, AuditResult) and isinstance(empty, AuditResult) and isinstance(short, AuditResult)
+    assert short.n_steps <= 2
+    assert a.crm is not None and len(a.crm["lts_trajectory"]) == len(a.crm["layers"])
+    assert a.repcs["kl"] >= 0 and 0 <= a.crm["crm_probability"] <= 1
+    assert a.source in ("context", "memory", "mixed", "undetermined") and a.p_memory is not None
+    assert len(a.tokens) == a.n_steps and "".join(t.text for t in a.tokens) == a.answer
+    # an empty context is no evidence: undetermined, never memory, never an anomaly, said in words
+    assert empty.identical_prompts and empty.source == "undetermined" and empty.notes
+    assert empty.crm is not None and not empty.crm["anomaly_flag"] and empty.repcs["kl"] < 1e-9
+    assert not empty.repcs["memorized"]
     # batched == one at a time (left padding does not change the verdict numbers)
     solo = eng.audit([reqs[0]])[0]
-    assert not isinstance(solo, AuditFailure)
-    np.testing.assert_allclose(solo.lts_trajectory, a.lts_trajectory, rtol=1e-3, atol=1e-4)
-    assert solo.repcs_kl == pytest.approx(a.repcs_kl, rel=1e-3, abs=1e-6)
+    assert isinstance(solo, AuditResult)
+    np.testing.assert_allclose(solo.crm["lts_trajectory"], a.crm["lts_trajectory"], rtol=1e-3, atol=1e-4)
+    assert solo.repcs["kl"] == pytest.approx(a.repcs["kl"], rel=1e-3, abs=1e-6)
+    assert solo.p_memory == pytest.approx(a.p_memory, rel=1e-3, abs=1e-5)
 
 
 def test_engine_refuses_profile_of_another_model(profile_dir: Path) -> None:
     with pytest.raises(ProfileError):
-        AuditEngine(tiny_lm(layers=3, seed=7), load_profile(profile_dir))
+        Auditor(tiny_lm(layers=3, seed=7), load_profile(profile_dir))
 
 
 # -- batcher --------------------------------------------------------------------------------------
@@ -402,7 +409,7 @@ def client(lm: Any, profile_dir: Path, tmp_path: Path) -> Any:
         {"max_body_bytes": 4096, "max_batch_request": 3, "max_new_tokens_limit": 8, "max_wait_ms": 5},
         env={"MNEMOSCOPE_API_KEYS": API_KEY},
     )
-    eng = AuditEngine(lm, load_profile(profile_dir), max_context_tokens=300, max_query_tokens=50)
+    eng = Auditor(lm, load_profile(profile_dir), max_context_tokens=300, max_query_tokens=50)
     store = open_store(tmp_path / "api.db", checkpoint_every=2)
     with TestClient(create_app(settings, engine=eng, store=store)) as c:
         yield c
@@ -487,7 +494,7 @@ def test_api_limits_and_errors(client: Any) -> None:
 
 
 def test_api_overload_answers_503_with_retry_after(lm: Any, profile_dir: Path, tmp_path: Path) -> None:
-    class Slow(AuditEngine):
+    class Slow(Auditor):
         def audit(self, requests: Any) -> Any:
             time.sleep(0.5)
             return super().audit(requests)

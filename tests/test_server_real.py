@@ -14,10 +14,10 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from mnemoscope.data.records import read_records
+from mnemoscope.pipelines.audit import Auditor, AuditRequest
+from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
-from mnemoscope.server.engine import AuditEngine, AuditRequest
-from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile, load_profile
 from mnemoscope.server.storage import open_store
 
 pytestmark = pytest.mark.real_model
@@ -41,7 +41,7 @@ def test_real_profile_and_audits(real_lm: Any, real_profile: Path) -> None:
     assert 0 < len(prof.crm.layers) <= real_lm.info.n_layers + 1
     assert 0 not in prof.crm.layers.tolist()  # the embedding row has zero displacement
     assert prof.crm.classifier == "lr" and h["data"]["n_clean"] == 8
-    eng = AuditEngine(real_lm, prof)
+    eng = Auditor(real_lm, prof)
     mem, new = eng.audit(
         [
             AuditRequest(
@@ -64,7 +64,7 @@ def test_real_profile_and_audits(real_lm: Any, real_profile: Path) -> None:
 def test_real_server_roundtrip(real_lm: Any, real_profile: Path, tmp_path: Path) -> None:
     settings = load_settings(None, env={"MNEMOSCOPE_API_KEYS": "k"})
     app = create_app(
-        settings, engine=AuditEngine(real_lm, load_profile(real_profile)), store=open_store(tmp_path / "a.db")
+        settings, engine=Auditor(real_lm, load_profile(real_profile)), store=open_store(tmp_path / "a.db")
     )
     with TestClient(app) as c:
         r = c.post(

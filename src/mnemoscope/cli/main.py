@@ -64,6 +64,7 @@ def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def build_parser() -> argparse.ArgumentParser:
     from mnemoscope.cli import (
+        audit_cmd,
         bench_cmd,
         crm_cmd,
         models_cmd,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Is a language model answering from memory or from what it was given? "
         "Trace a model with and without a context and compare its internals.",
         epilog="Examples:\n"
+        "  mnemoscope audit --context 'Quenmar lies on the Zorblat.' --query 'Which river is Quenmar on?'\n"
         "  mnemoscope trace --context 'Quenmar lies on the Zorblat.' --query 'Which river is Quenmar on?'\n"
         "  mnemoscope trace --input pairs.jsonl --out traces/\n"
         "  mnemoscope validate --input pairs.jsonl\n"
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (
+        audit_cmd,
         trace_cmd,
         repcs_cmd,
         crm_cmd,

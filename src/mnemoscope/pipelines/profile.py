@@ -44,7 +44,9 @@ import numpy as np
 
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm_artifact import FittedCRM, ModelMismatchError, load_crm, save_crm
+from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
+from mnemoscope.stats.conformal import conformal_upper
 from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.templates import PromptBuilder
 
@@ -55,7 +57,7 @@ __all__ = [
     "CalibrationConfig",
     "ProfileError",
     "calibrate_profile",
-    "conformal_upper",
+    "default_profile_path",
     "load_profile",
 ]
 
@@ -64,24 +66,6 @@ PROFILE_FORMAT = "mnemoscope-audit-profile/1"
 
 class ProfileError(InputError):
     """A profile folder is missing, altered, or was built for another model."""
-
-
-def conformal_upper(scores: Sequence[float] | np.ndarray, alpha: float) -> float:
-    """The ``ceil((1 - alpha)(n + 1))``-th smallest score; ``inf`` when n is too small.
-
-    For a new score exchangeable with ``scores``, ``P(new > threshold) <= alpha``.
-
-    Example:
-        >>> conformal_upper(np.arange(1, 20), 0.05)
-        19.0
-        >>> conformal_upper([1.0, 2.0], 0.05)
-        inf
-    """
-    s = np.sort(np.asarray(scores, dtype=np.float64))
-    if not 0 < alpha < 1:
-        raise InputError(f"alpha must be in (0, 1), got {alpha}", field="alpha")
-    k = math.ceil((1 - alpha) * (len(s) + 1))
-    return float(s[k - 1]) if 1 <= k <= len(s) else math.inf
 
 
 @dataclass(frozen=True)
@@ -120,6 +104,12 @@ class CalibrationConfig:
         k_sigma, rule, alpha: the anomaly rule (module doc).
         threshold_fraction: share of the clean records held out to set the score threshold.
         repcs_alpha: RePCS's target false-positive rate on clean queries.
+        verdict_alpha: the verdict's guaranteed false-flag rate on context-needed answers.
+        verdict_candidates: signals the verdict model may combine (it keeps what adds on
+            held-out folds; :mod:`mnemoscope.detectors.verdict`).
+        conformal_fraction: share of the clean records held out for the verdict's threshold.
+        token_margin_quantile: the token-attribution margin is this quantile of content-word
+            PMI on the memorized calibration answers (:func:`~mnemoscope.features.attribution.calibrate_margin`).
         seed: the held-out split.
     """
 
@@ -138,6 +128,10 @@ class CalibrationConfig:
     alpha: float = 0.05
     threshold_fraction: float = 0.5
     repcs_alpha: float = 0.05
+    verdict_alpha: float = 0.05
+    verdict_candidates: tuple[str, ...] = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+    conformal_fraction: float = 0.5
+    token_margin_quantile: float = 0.9
     seed: int = 42
 
 
@@ -153,6 +147,8 @@ class AuditProfile:
     repcs_params: dict[str, Any]
     content_hash: str
     model: dict[str, Any] = field(default_factory=dict)
+    verdict: VerdictModel | None = None
+    token_margin: float = math.log(2.0)
 
     @property
     def builder(self) -> PromptBuilder:
@@ -316,6 +312,7 @@ def calibrate_profile(
     repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
     repcs.fit(pairs, None if labels is None else labels)
     rec = repcs.calibration_record()
+    margin, verdict = _fit_verdict(lm, pairs, labels, repcs, c)
 
     header: dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -345,6 +342,12 @@ def calibrate_profile(
             ),
         },
         "repcs": rec,
+        "token_attribution": {
+            "margin": margin,
+            "quantile": c.token_margin_quantile,
+            "note": "a word is context-supported when log p(word | c, q) - log p(word | q) exceeds the margin",
+        },
+        "verdict": None if verdict is None else verdict.to_dict(),
         "data": {
             "sha256": _data_hash(records),
             "n_records": len(records) + len(input_errors),
@@ -357,6 +360,66 @@ def calibrate_profile(
     header["profile_hash"] = _profile_hash(header, (out / "crm.npz").read_bytes())
     _write_atomic(out / "profile.json", json.dumps(header, indent=1, default=str))
     return load_profile(out, model=lm.info)
+
+
+def _fit_verdict(
+    lm: Any, pairs: Sequence[Any], labels: np.ndarray | None, repcs: Any, c: CalibrationConfig
+) -> tuple[float, VerdictModel | None]:
+    """The token margin (from memorized answers) and the verdict model (needs both labels)."""
+    from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
+    from mnemoscope.pipelines.audit import answer_pieces, trace_signals
+
+    pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in pairs]
+    mem_pmis = [
+        content_word_pmis(
+            pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
+        )
+        for t, pc, lab in zip(
+            pairs, pieces, labels if labels is not None else [None] * len(pairs), strict=True
+        )
+        if lab == 1 and not t.identical_prompts
+    ]
+    margin = calibrate_margin(np.concatenate(mem_pmis) if mem_pmis else [], c.token_margin_quantile)
+    if labels is None or len(np.unique(labels)) < 2:
+        return margin, None
+    keep = [i for i, t in enumerate(pairs) if not t.identical_prompts]
+    rows = [trace_signals(pairs[i], pieces[i], margin=margin, repcs=repcs)[0] for i in keep]
+    signals = {k: np.array([r[k] for r in rows]) for k in c.verdict_candidates}
+    verdict = VerdictModel(
+        candidates=c.verdict_candidates,
+        alpha=c.verdict_alpha,
+        conformal_fraction=c.conformal_fraction,
+        seed=c.seed,
+    ).fit(signals, np.asarray(labels)[keep])
+    return margin, verdict
+
+
+DEFAULT_PROFILES = "mnemoscope.data.profiles"
+
+
+def default_profile_path(info: Any) -> Path:
+    """The shipped profile calibrated for ``info``'s model (only the embedded default model has one).
+
+    Raises:
+        ProfileError: no shipped profile fits this model (other models need ``--profile``).
+    """
+    from importlib import resources
+
+    fp = (info.to_dict() if hasattr(info, "to_dict") else dict(info)).get("fingerprint")
+    root = Path(str(resources.files(DEFAULT_PROFILES)))
+    for cand in sorted(root.iterdir()) if root.is_dir() else []:
+        hp = cand / "profile.json"
+        if hp.is_file():
+            try:
+                if json.loads(hp.read_text(encoding="utf-8"))["model"].get("fingerprint") == fp:
+                    return cand
+            except (json.JSONDecodeError, KeyError):
+                continue
+    name = (info.to_dict() if hasattr(info, "to_dict") else dict(info)).get("name")
+    raise ProfileError(
+        f"no shipped audit profile fits the model {name}; calibrate one with `mnemoscope calibrate --model ... "
+        "--out DIR` and pass --profile DIR"
+    )
 
 
 def load_profile(path: str | Path, *, model: Any = None) -> AuditProfile:
@@ -403,6 +466,8 @@ def load_profile(path: str | Path, *, model: Any = None) -> AuditProfile:
         repcs_params=dict(header["repcs"]["params"]),
         content_hash=got,
         model=header["model"],
+        verdict=None if header.get("verdict") is None else VerdictModel.from_dict(header["verdict"]),
+        token_margin=float(header.get("token_attribution", {}).get("margin", math.log(2.0))),
     )
     if model is not None:
         prof.check_model(model)

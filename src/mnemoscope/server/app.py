@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Annotated, Any
 
@@ -28,9 +28,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import ServerSettings
-from mnemoscope.server.engine import AuditEngine, AuditFailure, AuditRequest, AuditResult
 from mnemoscope.server.schemas import (
     AuditIn,
     AuditOut,
@@ -175,7 +175,7 @@ Ready = Annotated[dict[str, Any], Depends(_ready_state)]
 def create_app(
     settings: ServerSettings,
     *,
-    engine: AuditEngine | None = None,
+    engine: Auditor | None = None,
     store: AuditStore | None = None,
 ) -> FastAPI:
     """Build the app. ``engine``/``store`` may be injected (tests); otherwise the lifespan
@@ -291,14 +291,17 @@ def create_app(
         if not settings.check_key(key.strip()):
             raise HTTPException(403, "this API key is not valid for this server")
 
-    def _request_of(item: AuditIn) -> AuditRequest:
+    def _request_of(item: AuditIn) -> _Job:
         opts = item.options
         T = None if opts is None else opts.max_new_tokens
         if T is not None and settings.max_new_tokens_limit < T:
             raise HTTPException(
                 422, f"options.max_new_tokens is {T}; the limit is {settings.max_new_tokens_limit}"
             )
-        return AuditRequest(item.context, item.query, T, True if opts is None else opts.return_generation)
+        return _Job(
+            AuditRequest(item.context, item.query, max_new_tokens=T),
+            True if opts is None else opts.return_generation,
+        )
 
     async def _run(items: list[AuditIn], st: dict[str, Any]) -> list[Any]:
         reqs = [_request_of(it) for it in items]
@@ -396,7 +399,7 @@ def create_app(
     async def stats(st: Ready) -> Any:
         c = await asyncio.to_thread(st["store"].counts)
         head = await asyncio.to_thread(st["store"].head)
-        eng: AuditEngine = st["engine"]
+        eng: Auditor = st["engine"]
         prof = eng.profile
         b: Batcher = st["batcher"]
         return {
@@ -406,7 +409,9 @@ def create_app(
                 "hash": prof.content_hash,
                 "layers": [int(v) for v in prof.crm.layers],
                 "anomaly": asdict(prof.anomaly),
-                "repcs_tau": prof.repcs_tau,
+                "repcs_tau": prof.repcs_tau if math.isfinite(prof.repcs_tau) else None,
+                "verdict": None if prof.verdict is None else prof.verdict.to_dict(),
+                "rule": eng.rule,
                 "classifier": prof.crm.classifier,
                 "max_new_tokens": prof.max_new_tokens,
             },
@@ -477,35 +482,65 @@ def _safe(errs: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _load_engine(settings: ServerSettings) -> AuditEngine:
+def _load_engine(settings: ServerSettings) -> Auditor:
     import torch
 
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.profile import load_profile
+    from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     if settings.threads:
         torch.set_num_threads(settings.threads)
     lm = load_model(settings.model, adapter=settings.adapter, device=settings.device, dtype=settings.dtype)
-    profile = load_profile(settings.profile, model=lm.info)
-    return AuditEngine(
+    profile = load_profile(settings.profile or default_profile_path(lm.info), model=lm.info)
+    return Auditor(
         lm,
         profile,
+        rule=settings.rule,  # type: ignore[arg-type]
         max_context_tokens=settings.max_context_tokens,
         max_query_tokens=settings.max_query_tokens,
         batch_size=settings.max_batch_size,
     )
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One queued audit: the pipeline request and what the HTTP caller wants back."""
+
+    request: AuditRequest
+    return_generation: bool = True
+
+
+def audit_record(res: AuditResult, *, return_generation: bool = True) -> dict[str, Any]:
+    """The stored and returned body of one audit: the pipeline's fields, plus the legacy CRM fields
+    (``anomaly_flag`` & co., CRM's rule) and ``generation`` kept for compatibility."""
+    d = res.to_dict()
+    crm = d.get("crm") or {}
+    d.update(
+        anomaly_flag=bool(crm.get("anomaly_flag", False)),
+        anomaly_score=crm.get("anomaly_score"),
+        lts_trajectory=crm.get("lts_trajectory", []),
+        lts_z=crm.get("lts_z", []),
+        layers=crm.get("layers", []),
+        flagged_layers=crm.get("flagged_layers", []),
+        crm_probability=crm.get("crm_probability"),
+        generation=d["answer"],
+    )
+    if not return_generation:
+        d.update(answer=None, generation=None, tokens=[], spans=[])
+        d["notes"] = [*d["notes"], "return_generation=false: the answer and its tokens are not returned"]
+    return d
+
+
 def _process(
-    engine: AuditEngine,
+    engine: Auditor,
     store: AuditStore,
     settings: ServerSettings,
     metrics: _Metrics,
-    payloads: list[AuditRequest],
+    payloads: list[_Job],
     enqueued: list[float],
 ) -> list[Any]:
     """Worker-thread body: audit a batch, store the successes in one transaction, return results."""
-    results = engine.audit(payloads)
+    results = engine.audit([j.request for j in payloads])
     now = time.time()
     done = time.perf_counter()
     records: list[dict[str, Any]] = []
@@ -513,38 +548,22 @@ def _process(
     model = {
         k: engine.model_info.get(k) for k in ("name", "fingerprint", "architecture", "n_layers", "adapter")
     }
-    for req, res, t0 in zip(payloads, results, enqueued, strict=True):
+    for job, res, t0 in zip(payloads, results, enqueued, strict=True):
         if isinstance(res, AuditFailure):
             metrics.rejected.labels(f"http_{res.status}").inc()
             out.append(res)
             continue
-        assert isinstance(res, AuditResult)
-        lat = (done - t0) * 1000.0
         rec: dict[str, Any] = {
             "id": uuid.uuid4().hex,
             "created_at": now,
-            "anomaly_flag": res.anomaly_flag,
-            "anomaly_score": _finite(res.anomaly_score),
-            "lts_trajectory": [_finite(v) for v in res.lts_trajectory],
-            "lts_z": [_finite(v) for v in res.lts_z],
-            "layers": res.layers,
-            "flagged_layers": res.flagged_layers,
-            "repcs": {
-                "kl": _finite(res.repcs_kl),
-                "tau": res.repcs_tau if math.isfinite(res.repcs_tau) else None,
-                "memorized": res.repcs_memorized,
-            },
-            "crm_probability": None if res.crm_probability is None else _finite(res.crm_probability),
-            "generation": res.generation,
-            "latency_ms": lat,
+            **audit_record(res, return_generation=job.return_generation),
+            "latency_ms": (done - t0) * 1000.0,
             "model": model,
             "profile_hash": engine.profile.content_hash,
-            "n_steps": res.n_steps,
-            "notes": res.notes,
         }
         if settings.store_inputs:
-            rec["context"] = req.context
-            rec["query"] = req.query
+            rec["context"] = job.request.context
+            rec["query"] = job.request.query
         records.append(rec)
         out.append(rec)
     seqs = store.append(records)  # durable before anyone is answered; raises StorageError
@@ -554,17 +573,9 @@ def _process(
         metrics.latency.observe(rec["latency_ms"] / 1000)
         if rec["anomaly_flag"]:
             metrics.anomalies.inc()
-        if rec["repcs"]["memorized"]:
+        if rec["source"] == "memory":
             metrics.memorized.inc()
     return out
-
-
-def _finite(v: float) -> float:
-    """JSON has no inf/NaN: clamp infinities, map NaN to 0.0 (never produced by a valid trace)."""
-    f = float(v)
-    if math.isnan(f):
-        return 0.0
-    return max(min(f, 1e300), -1e300)
 
 
 async def _retention_loop(store: AuditStore, settings: ServerSettings) -> None:

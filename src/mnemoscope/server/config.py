@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -39,7 +39,8 @@ class ServerSettings(BaseModel):
 
     model: str = "default"
     adapter: str | None = None
-    profile: str = "audit-profile"
+    profile: str | None = None  # None: the profile shipped for the default model
+    rule: Literal["combined", "repcs", "crm-anomaly"] = "combined"
     db: str = "audits.db"
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

@@ -46,7 +46,9 @@ class BatchIn(BaseModel):
 
 
 class RePCSOut(BaseModel):
-    kl: float = Field(..., description="Z = sum of per-step KL(P_rag || P_para) over the answer (nats)")
+    kl: float | None = Field(
+        ..., description="Z = sum of per-step KL(P_rag || P_para) over the answer (nats)"
+    )
     tau: float | None = Field(
         ...,
         description="threshold calibrated on clean queries; null when the calibration had too few clean "
@@ -55,18 +57,76 @@ class RePCSOut(BaseModel):
     memorized: bool = Field(..., description="Z < tau: the context changed the answer little")
 
 
+class EvidenceOut(BaseModel):
+    repcs_z: float | None = Field(
+        ..., description="RePCS Z: summed KL(P_with || P_without) over the answer (nats)"
+    )
+    tau: float | None = Field(..., description="RePCS threshold on clean queries (null: not certified)")
+    closed_book_logprob: float | None = Field(
+        ...,
+        description="mean log p(answer token | query alone): high = the model knew it without the context",
+    )
+    context_token_fraction: float | None = Field(
+        ..., description="share of attributed answer words the context supports (null: none attributed)"
+    )
+    threshold: float | None = Field(None, description="the p_memory (or score) threshold of the memory flag")
+    signals_used: list[str] = Field(default_factory=list, description="signals the verdict model combines")
+
+
+class GuaranteeOut(BaseModel):
+    alpha: float
+    n_calibration: int
+    certified: bool = Field(..., description="false: the calibration set was too small to certify alpha")
+    threshold: float | None = None
+    statement: str
+
+
+class TokenOut(BaseModel):
+    text: str
+    source: str = Field(..., description="context | memory | neutral")
+    pmi: float | None = Field(..., description="log p(token | context, query) - log p(token | query)")
+    kl: float | None = Field(..., description="KL(P_with || P_without) at this step (nats)")
+    logp_with: float | None = None
+    logp_without: float | None = None
+    start: int
+    end: int
+
+
+class SpanOut(BaseModel):
+    text: str
+    source: str
+    start: int = Field(..., description="character offset into answer")
+    end: int
+    pmi: float | None = None
+
+
 class AuditOut(BaseModel):
     id: str
     created_at: float
-    anomaly_flag: bool
-    anomaly_score: float
-    lts_trajectory: list[float]
-    lts_z: list[float]
-    layers: list[int]
-    flagged_layers: list[int]
+    source: str = Field(
+        ..., description="where the answer came from: context | memory | mixed | undetermined"
+    )
+    p_memory: float | None = Field(..., description="probability the answer came from memory (equal priors)")
+    answer: str | None = None
+    summary: str = Field(..., description="the verdict in words")
+    rule: str
+    evidence: EvidenceOut
+    guarantee: GuaranteeOut
+    tokens: list[TokenOut] = Field(default_factory=list)
+    spans: list[SpanOut] = Field(default_factory=list)
+    crm: dict[str, Any] | None = Field(
+        None, description="secondary: CRM's LTS anomaly rule and classifier (null when not measured)"
+    )
+    anomaly_flag: bool = Field(..., description="compatibility: CRM's LTS anomaly rule (secondary, see crm)")
+    anomaly_score: float | None = None
+    lts_trajectory: list[float | None] = Field(default_factory=list)
+    lts_z: list[float | None] = Field(default_factory=list)
+    layers: list[int] = Field(default_factory=list)
+    flagged_layers: list[int] = Field(default_factory=list)
     repcs: RePCSOut
     crm_probability: float | None = None
     generation: str | None = None
+    identical_prompts: bool = False
     latency_ms: float
     model: dict[str, Any]
     profile_hash: str

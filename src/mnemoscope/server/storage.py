@@ -171,7 +171,11 @@ class AuditStore:
                     content = json.loads(canonical(rec))
                     lh = leaf_hash(content)
                     eh = entry_hash(prev, lh, seq)
-                    mem = rec.get("repcs", {}).get("memorized", rec.get("memorized", False))
+                    mem = (
+                        rec["source"] == "memory"
+                        if "source" in rec
+                        else rec.get("repcs", {}).get("memorized", rec.get("memorized", False))
+                    )
                     self._exec(
                         "INSERT INTO audits (seq, id, created_at, anomaly_flag, memorized, latency_ms, content, "
                         "leaf_hash, prev_hash, entry_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

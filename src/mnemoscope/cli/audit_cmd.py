@@ -1,0 +1,166 @@
+"""``mnemoscope audit``: did the answer come from the context or from the model's memory?
+
+Thin: parse, build an :class:`~mnemoscope.pipelines.audit.Auditor`, call it, render.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from mnemoscope.cli.main import add_model_args
+
+__all__ = ["register", "render_audit"]
+
+_COLOURS = {"context": "\033[30;42m", "memory": "\033[30;43m"}
+_RESET = "\033[0m"
+_MARKERS = {"context": ("[ctx: ", "]"), "memory": ("[mem: ", "]")}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="audit one (context, query) or a JSONL file: context, memory or mixed, token by token",
+        description="Answer the query with the context, then say where each part of the answer came from: "
+        "every answer token is marked context-supported, memory/prior or neutral, and the whole answer gets "
+        "a verdict (context | memory | mixed | undetermined) with p_memory and its guarantee. Without "
+        "--profile the embedded default model uses its shipped profile; other models need --profile "
+        "(mnemoscope calibrate).",
+        epilog="Examples:\n"
+        "  mnemoscope audit --context 'Quenmar lies on the river Zorblat.' "
+        "--query 'Which river is Quenmar on?'\n"
+        "  mnemoscope audit --context ... --query ... --json\n"
+        "  mnemoscope audit --input pairs.jsonl --out audits/      # resumable; DIR/results.jsonl\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    src = p.add_argument_group("input")
+    src.add_argument("--context", help="the retrieved context (may be empty)")
+    src.add_argument("--query", help="the query")
+    src.add_argument("--answer", help="score this answer instead of generating one")
+    src.add_argument("--input", metavar="FILE", help="JSONL of {id, context, query, answer?} records")
+    src.add_argument("--out", metavar="DIR", help="with --input: the results folder (resumable)")
+    src.add_argument("--overwrite", action="store_true", help="with --input: start the folder afresh")
+    p.add_argument("--profile", metavar="DIR", help="calibration profile (default: the shipped one)")
+    p.add_argument(
+        "--rule",
+        choices=["combined", "repcs", "crm-anomaly"],
+        default="combined",
+        help="memory rule: the calibrated combination (default), the RePCS paper rule (Z < tau), or CRM's "
+        "LTS anomaly rule",
+    )
+    p.add_argument(
+        "--max-new-tokens", "-T", type=int, default=None, help="answer length (default: profile's)"
+    )
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--json", action="store_true", help="print the audit as one JSON object")
+    p.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour the answer (auto: on a terminal unless NO_COLOR is set)",
+    )
+    p.set_defaults(func=run)
+
+
+def _use_colour(choice: str, stream: TextIO) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return "not measured" if v is None else format(v, spec)
+
+
+def render_audit(d: dict[str, Any], *, colour: bool) -> str:
+    """The human view of one audit (``AuditResult.to_dict()``): highlighted answer, verdict, evidence."""
+    answer = d["answer"]
+    parts = []
+    pos = 0
+    for s in d["spans"]:
+        if s["source"] not in _COLOURS:
+            continue
+        parts.append(answer[pos : s["start"]])
+        text = answer[s["start"] : s["end"]]
+        if colour:
+            parts.append(f"{_COLOURS[s['source']]}{text}{_RESET}")
+        else:
+            a, b = _MARKERS[s["source"]]
+            parts.append(f"{a}{text}{b}")
+        pos = s["end"]
+    parts.append(answer[pos:])
+    legend = (
+        f"{_COLOURS['context']}context{_RESET} / {_COLOURS['memory']}memory{_RESET} / plain = neutral"
+        if colour
+        else "[ctx: ...] = from the context, [mem: ...] = from memory, unmarked = neutral"
+    )
+    ev, g = d["evidence"], d["guarantee"]
+    frac = ev.get("context_token_fraction")
+    lines = [
+        f"Answer ({legend}):",
+        "  " + ("".join(parts).strip() or "(empty answer)"),
+        "",
+        f"Verdict: {d['source'].upper()}"
+        + ("" if d.get("p_memory") is None else f"   p_memory = {d['p_memory']:.2f}"),
+        f"  {d['summary']}",
+        "Evidence:",
+        f"  RePCS Z = {_fmt(ev.get('repcs_z'), '.2f')} nats (tau = {_fmt(ev.get('tau'), '.2f')}); "
+        f"closed-book log-prob = {_fmt(ev.get('closed_book_logprob'), '.2f')} per token; "
+        f"context-supported words = {'none attributed' if frac is None else f'{100 * frac:.0f} %'}",
+        f"Guarantee ({d['rule']} rule): {g.get('statement', '')}",
+    ]
+    crm = d.get("crm")
+    if crm:
+        lines.append(
+            f"Secondary, CRM anomaly rule: {'flagged' if crm['anomaly_flag'] else 'not flagged'} "
+            f"(score {crm['anomaly_score']:.2f})"
+        )
+    for n in d.get("notes", []):
+        lines.append(f"Note: {n}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mnemoscope.errors import InputError
+
+    single = args.context is not None or args.query is not None
+    if args.input and single:
+        raise InputError("give either --input FILE or --context/--query, not both")
+    if not args.input and args.query is None:
+        raise InputError("give --query (and --context), or --input FILE --out DIR", field="query")
+    if args.input and not args.out:
+        raise InputError("--input needs --out DIR", field="out")
+
+    from mnemoscope.cli.main import load_from_args
+    from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
+    from mnemoscope.pipelines.profile import default_profile_path, load_profile
+
+    lm = load_from_args(args)
+    profile = load_profile(args.profile or default_profile_path(lm.info), model=lm.info)
+    auditor = Auditor(lm, profile, rule=args.rule, batch_size=args.batch_size)
+    if args.input:
+        summary = run_audit_file(
+            auditor, args.input, args.out, progress=not args.quiet, overwrite=args.overwrite
+        )
+        print(
+            f"audited {summary['audited']} records into {args.out}/results.jsonl "
+            f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
+        )
+        return 0
+    (res,) = auditor.audit(
+        [AuditRequest(args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens)]
+    )
+    if isinstance(res, AuditFailure):
+        raise InputError(res.message, field=res.field)
+    d = res.to_dict()
+    if args.json:
+        print(json.dumps(d, ensure_ascii=False))
+    else:
+        print(render_audit(d, colour=_use_colour(args.color, sys.stdout)))
+    return 0
