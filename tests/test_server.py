@@ -430,9 +430,23 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
         "repcs",
         "latency_ms",
         "model",
+        "source",
+        "p_memory",
+        "answer",
+        "evidence",
+        "guarantee",
+        "tokens",
+        "spans",
+        "crm",
     ):
         assert k in a
-    assert set(a["repcs"]) == {"kl", "tau", "memorized"} and a["seq"] == 1
+    assert set(a["repcs"]) == {"kl", "tau", "memorized", "n_steps", "identical_prompts", "note"}
+    assert a["seq"] == 1 and a["source"] in ("context", "memory", "mixed", "undetermined")
+    assert set(a["evidence"]) >= {"repcs_z", "tau", "closed_book_logprob", "context_token_fraction"}
+    assert set(a["guarantee"]) >= {"alpha", "n_calibration", "certified"}
+    assert "".join(t["text"] for t in a["tokens"]) == a["answer"] == a["generation"]
+    for sp in a["spans"]:
+        assert a["answer"][sp["start"] : sp["end"]] == sp["text"]
     got = client.get(f"/v1/audits/{a['id']}", headers=AUTH).json()
     assert got["lts_trajectory"] == a["lts_trajectory"] and got["query"] == "Where is Zor1?"
     client.post(

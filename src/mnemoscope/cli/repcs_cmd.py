@@ -72,7 +72,12 @@ def register(sub: Any) -> None:
 
     s = rs.add_parser("score", help="score queries against a calibration (JSONL in, JSONL out, resumable)")
     add_model_args(s)
-    s.add_argument("--calibration", required=True, metavar="FILE")
+    s.add_argument(
+        "--calibration",
+        required=True,
+        metavar="FILE|DIR",
+        help="a `repcs calibrate` JSON, or an audit profile folder (`mnemoscope calibrate`)",
+    )
     s.add_argument("--input", required=True, metavar="FILE")
     s.add_argument("--out", required=True, metavar="FILE", help="scores JSONL (re-running resumes)")
     s.add_argument("--batch-size", type=int, default=8)
@@ -161,7 +166,7 @@ def _traced(args: argparse.Namespace, lm: Any, config: Any, default_dir: Path) -
 def _calibrate(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from mnemoscope.bench.repcs_eval import calibration_hash
+    from mnemoscope.pipelines.repcs import calibration_hash
 
     out = Path(args.out)
     config = _pair_config(args.template, args.chat, args.max_new_tokens, args.answer_without)
@@ -200,85 +205,33 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from mnemoscope.data import read_records
-    from mnemoscope.detectors.repcs import RePCS
-    from mnemoscope.errors import InputError
-    from mnemoscope.trace import PairConfig, PromptBuilder, Tracer, prepare_pair, trace_prepared
+    from mnemoscope.pipelines.repcs import score_file
 
-    cal = json.loads(Path(args.calibration).read_text())
     lm = load_from_args(args)
-    if cal["model"]["fingerprint"] != lm.info.fingerprint and not args.force:
-        raise InputError(
-            f"{args.calibration} was calibrated on {cal['model']['name']} "
-            f"({cal['model']['fingerprint'][:12]}), not {lm.info.name} ({lm.info.fingerprint[:12]}); "
-            "recalibrate or pass --force"
-        )
-    pc = cal["pair_config"]
-    config = PairConfig(
-        builder=PromptBuilder(template=pc["template"], task=pc["task"], chat=pc["chat"]),
-        max_new_tokens=pc["max_new_tokens"],
-        answer_without=False,
-        top_k=pc["top_k"],
+    res = score_file(
+        lm,
+        args.calibration,
+        args.input,
+        args.out,
+        batch_size=args.batch_size,
+        on_error=args.on_error,
+        progress=not args.quiet,
+        check_model=not args.force,
     )
-    det = RePCS(**cal["params"])
-    det.tau_ = float(cal["tau"])
-    out = Path(args.out)
-    done = set()
-    if out.is_file():
-        for line in out.read_text().splitlines():
-            try:
-                done.add(json.loads(line)["id"])
-            except (json.JSONDecodeError, KeyError):
-                continue  # a torn last line: that record is redone
-    records, errors = read_records(args.input, on_error=args.on_error)
-    for e in errors:
-        print(f"mnemoscope: skipped {args.input}: {e}", file=sys.stderr)
-    todo = [r for r in records if r.id not in done]
-    tracer = Tracer(lm, batch_size=args.batch_size)
-    from tqdm.auto import tqdm
-
-    n_bad = 0
-    with out.open("a") as f, tqdm(total=len(todo), desc="repcs score", disable=args.quiet) as bar:
-        for start in range(0, len(todo), args.batch_size):
-            batch, prepared = todo[start : start + args.batch_size], []
-            for r in batch:
-                try:
-                    prepared.append(prepare_pair(tracer, r, config))
-                except InputError as e:
-                    if args.on_error == "raise":
-                        raise InputError(f"line {r.line}: {e}") from e
-                    n_bad += 1
-                    print(f"mnemoscope: skipped line {r.line} (id {r.id}): {e}", file=sys.stderr)
-            traces = trace_prepared(tracer, prepared, config)
-            z = det.z(traces)
-            for t, zi in zip(traces, z, strict=True):
-                f.write(
-                    json.dumps(
-                        {
-                            "id": t.id,
-                            "score": float(-zi),
-                            "kl": float(zi),
-                            "tau": det.tau_,
-                            "memorized": bool(zi < det.tau_),
-                            "n_steps": t.n_steps,
-                            "identical_prompts": t.identical_prompts,
-                            "note": "empty context: Z = 0 by construction, not evidence"
-                            if t.identical_prompts
-                            else None,
-                        }
-                    )
-                    + "\n"
-                )
-            f.flush()
-            bar.update(len(batch))
-    print(f"{len(todo) - n_bad} scored, {len(done)} already done, {n_bad + len(errors)} skipped -> {out}")
+    for e in res["errors"]:
+        where = f"line {e.get('line')}" + (f" (id {e['id']})" if e.get("id") is not None else "")
+        field = f"field '{e['field']}': " if e.get("field") else ""
+        print(f"mnemoscope: skipped {where}: {field}{e['message']}", file=sys.stderr)
+    print(
+        f"{res['scored']} scored, {res['already_done']} already done, {len(res['errors'])} skipped -> {res['out']}"
+    )
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from mnemoscope.bench.repcs_eval import evaluate
+    from mnemoscope.pipelines.repcs import evaluate
     from mnemoscope.stats import undefined_reason
 
     out = Path(args.out)

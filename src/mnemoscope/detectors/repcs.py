@@ -358,6 +358,33 @@ class RePCS(BaseEstimator):
         check_is_fitted(self, "tau_")
         return np.asarray(z) < self.tau_
 
+    def predict(self, traces: Sequence[PairTrace]) -> np.ndarray:
+        """True = memorized. An empty context (identical prompts) is no evidence: never flagged."""
+        z = self.z(traces)
+        identical = np.array([bool(t.identical_prompts) for t in traces], dtype=bool)
+        return self.flag(z) & ~identical
+
+    @classmethod
+    def from_calibration(cls, record: Mapping[str, Any]) -> RePCS:
+        """The fitted detector of a saved calibration record (:meth:`calibration_record`).
+
+        Raises:
+            InputError: the record is not a RePCS calibration or lacks tau/params.
+        """
+        if record.get("method") != "repcs" or "params" not in record or "tau" not in record:
+            raise InputError("not a RePCS calibration record (needs method 'repcs', params and tau)")
+        try:
+            det = cls(**dict(record["params"]))
+            tau = record["tau"]
+            det.tau_ = float("-inf") if tau is None else float(tau)
+            det.n_calibration_ = int(record.get("n", 0))
+            det.T_ = record.get("T")
+            if isinstance(record.get("bound"), Mapping):
+                det.bound_ = PacBound(**record["bound"])
+        except (TypeError, ValueError) as e:
+            raise InputError(f"malformed RePCS calibration record ({e})") from e
+        return det
+
     def calibration_record(self, **extra: Any) -> dict[str, Any]:
         from sklearn.utils.validation import check_is_fitted
 

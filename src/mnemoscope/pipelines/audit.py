@@ -49,6 +49,7 @@ from mnemoscope.features.attribution import (
     merge_spans,
 )
 from mnemoscope.pipelines.profile import AuditProfile
+from mnemoscope.pipelines.repcs import repcs_verdict
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -382,7 +383,7 @@ class Auditor:
         self.max_answer_tokens = max_answer_tokens
         self.batch_size = batch_size
         self.tracer = Tracer(lm, batch_size=batch_size)
-        self._repcs = RePCS(**profile.repcs_params)
+        self._repcs = RePCS.from_calibration(profile.header["repcs"])
         self._crm_probability = crm_probability and profile.crm.classifier != "none"
 
     @classmethod
@@ -533,9 +534,8 @@ class Auditor:
                 notes.append(f"p_memory not measured: signals {missing} are unavailable on this path")
             else:
                 p_memory = float(verdict.predict_proba({k: [v] for k, v in signals.items()})[0])
-        z = signals["repcs_z"]
-        tau = prof.repcs_tau
-        repcs_memorized = bool(math.isfinite(tau) and z < tau) and not t.identical_prompts
+        rv = repcs_verdict(self._repcs, t)
+        z, tau, repcs_memorized = rv["kl"], rv["tau"], rv["memorized"]
         crm = _crm_block(t, prof)
         if crm is not None and self._crm_probability:
             from mnemoscope.features.crm import crm_data_from_pairs
@@ -568,7 +568,7 @@ class Auditor:
             rule=self.rule,
             evidence={
                 "repcs_z": z,
-                "tau": tau if math.isfinite(tau) else None,
+                "tau": tau,
                 "closed_book_logprob": signals["closed_book_logprob"],
                 "context_token_fraction": frac,
                 "threshold": guarantee.get("threshold"),
@@ -577,7 +577,7 @@ class Auditor:
             guarantee=guarantee,
             tokens=tokens,
             spans=spans,
-            repcs={"kl": z, "tau": tau if math.isfinite(tau) else None, "memorized": repcs_memorized},
+            repcs=rv,
             crm=crm,
             n_steps=int(t.n_steps),
             identical_prompts=bool(t.identical_prompts),

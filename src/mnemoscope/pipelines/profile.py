@@ -219,8 +219,10 @@ def calibrate_profile(
     input_errors: Sequence[RecordError] = (),
     progress: bool = True,
     overwrite: bool = False,
+    traces_dir: str | Path | None = None,
 ) -> AuditProfile:
-    """Trace ``records`` (resumable, under ``out/traces``), fit CRM + anomaly rule + RePCS, save.
+    """Trace ``records`` (resumable, under ``traces_dir`` or ``out/traces``), fit CRM + anomaly rule +
+    RePCS + the verdict model, save.
 
     Raises:
         InputError: too few usable records, a label vector that cannot fit what was asked
@@ -235,6 +237,7 @@ def calibrate_profile(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     use_l1 = "l1" in c.levels
+    tdir = Path(traces_dir) if traces_dir is not None else out / "traces"
     ex_cfg = CRMExtractConfig(
         template=c.template,
         task=c.task,  # type: ignore[arg-type]
@@ -248,9 +251,9 @@ def calibrate_profile(
         embedder=c.embedder if use_l1 else "none",
     ).resolved(lm)
     summary = extract(
-        lm, records, out / "traces", ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
+        lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
     )
-    folder = load_folder(out / "traces", keep_without=False)
+    folder = load_folder(tdir, keep_without=False)
     data, pairs = folder.data, folder.pairs
     n = len(data)
     if n < 4:

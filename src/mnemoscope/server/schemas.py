@@ -54,7 +54,12 @@ class RePCSOut(BaseModel):
         description="threshold calibrated on clean queries; null when the calibration had too few clean "
         "queries to certify its alpha (then nothing is flagged memorized)",
     )
-    memorized: bool = Field(..., description="Z < tau: the context changed the answer little")
+    memorized: bool = Field(
+        ..., description="Z < tau: the context changed the answer little (never for an empty context)"
+    )
+    n_steps: int | None = None
+    identical_prompts: bool = False
+    note: str | None = None
 
 
 class EvidenceOut(BaseModel):

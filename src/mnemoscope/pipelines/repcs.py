@@ -1,16 +1,24 @@
-"""RePCS evaluation (orchestration): trace, calibrate on clean queries, score, report.
+"""The RePCS pipeline: calibrate on clean queries, score, evaluate -- and the one RePCS verdict.
 
-Everything here consumes paired traces; the model is only touched through
-:func:`mnemoscope.trace.pipeline.run_pairs` (resumable) and, for the SelfCheck-style
-baseline, :meth:`mnemoscope.trace.Tracer.sample`.
+:func:`repcs_verdict` is the only place a RePCS decision is made: the CLI (``repcs score``),
+the audit pipeline (the ``repcs`` block of every audit, server included) and the benchmarks
+call it, so the same calibration and input always give the same JSON. Its rule for an empty
+context: both paths are the same prompt, Z = 0 by construction, which is *no evidence*: never
+flagged as memorized, and the output says so.
+
+Everything else consumes paired traces; the model is only touched through
+:func:`mnemoscope.trace.pipeline.run_pairs` (resumable), the lockstep decoder and, for the
+SelfCheck-style baseline, :meth:`mnemoscope.trace.Tracer.sample`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,16 +30,151 @@ from mnemoscope.stats import auc_ci, summarize, threshold_metrics
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
+    "EMPTY_CONTEXT_NOTE",
     "NOISE_LEVELS",
     "calibration_hash",
     "closed_book_logprob",
     "consistency_scores",
     "evaluate",
+    "load_calibration",
     "noise_robustness",
+    "repcs_verdict",
+    "score_file",
     "split_calibration",
 ]
 
 NOISE_LEVELS = (0.0, 0.02, 0.05, 0.10)
+EMPTY_CONTEXT_NOTE = (
+    "empty context: both paths are identical, Z = 0 by construction; no evidence, never flagged"
+)
+
+
+def repcs_verdict(det: RePCS, trace: PairTrace) -> dict[str, Any]:
+    """The RePCS decision for one trace: ``{kl, tau, memorized, n_steps, identical_prompts, note}``.
+
+    ``tau`` is ``None`` when the calibration could not certify alpha (then nothing is flagged);
+    ``memorized`` is ``Z < tau`` except for an empty context (module doc).
+    """
+    z = float(det.z([trace])[0])
+    tau = float(det.tau_)
+    identical = bool(trace.identical_prompts)
+    return {
+        "kl": z,
+        "tau": tau if math.isfinite(tau) else None,
+        "memorized": bool(det.predict([trace])[0]),
+        "n_steps": int(trace.n_steps),
+        "identical_prompts": identical,
+        "note": EMPTY_CONTEXT_NOTE if identical else None,
+    }
+
+
+def load_calibration(path: str | Path, model: Any | None = None) -> tuple[RePCS, dict[str, Any]]:
+    """A RePCS calibration from ``repcs calibrate``'s JSON or from an audit profile folder.
+
+    Returns the fitted detector and a dict with ``model`` (identity) and ``prompt`` (the
+    prompt builder settings) and ``max_new_tokens``. With ``model`` (a ModelInfo or dict),
+    another model's calibration is refused.
+    """
+    from mnemoscope.pipelines.profile import load_profile
+
+    p = Path(path)
+    if p.is_dir() or p.name == "profile.json":
+        prof = load_profile(p if p.is_dir() else p.parent, model=model)
+        rec = dict(prof.header["repcs"])
+        meta = {"model": prof.model, "prompt": prof.header["prompt"], "max_new_tokens": prof.max_new_tokens}
+    else:
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(f"cannot read the calibration {p}: {e}") from e
+        pc = rec.get("pair_config", {})
+        meta = {
+            "model": rec.get("model", {}),
+            "prompt": {k: pc.get(k) for k in ("template", "task", "chat", "system_prompt")},
+            "max_new_tokens": pc.get("max_new_tokens", rec.get("T")),
+        }
+        if model is not None:
+            from mnemoscope.pipelines.profile import ProfileError
+
+            other = model.to_dict() if hasattr(model, "to_dict") else dict(model)
+            if meta["model"].get("fingerprint") != other.get("fingerprint"):
+                raise ProfileError(
+                    f"{p} was calibrated on {meta['model'].get('name')} "
+                    f"({str(meta['model'].get('fingerprint'))[:12]}), not {other.get('name')} "
+                    f"({str(other.get('fingerprint'))[:12]}); recalibrate"
+                )
+    return RePCS.from_calibration(rec), meta
+
+
+def score_file(
+    lm: Any,
+    calibration: str | Path,
+    input_path: str | Path,
+    out: str | Path,
+    *,
+    batch_size: int = 8,
+    on_error: str = "skip",
+    progress: bool = True,
+    check_model: bool = True,
+) -> dict[str, Any]:
+    """Score a JSONL of queries against a calibration (resumable: ids already in ``out`` are skipped).
+
+    Each output line is ``{"id", "score": -Z, **repcs_verdict(...)}``; bad records are reported
+    (line, id, field) and skipped, or raised with ``on_error="raise"``.
+    """
+    from tqdm.auto import tqdm
+
+    from mnemoscope.data import read_records
+    from mnemoscope.trace import PairConfig, PromptBuilder, Tracer, prepare_pair
+    from mnemoscope.trace.lockstep import trace_lockstep
+
+    det, meta = load_calibration(calibration, lm.info if check_model else None)
+    pr = meta["prompt"]
+    config = PairConfig(
+        builder=PromptBuilder(
+            template=pr["template"],
+            task=pr.get("task") or "plain",
+            chat=bool(pr.get("chat")),
+            system_prompt=pr.get("system_prompt"),
+        ),
+        max_new_tokens=int(meta["max_new_tokens"]),
+        answer_without=False,
+        hidden=False,
+    )
+    outp = Path(out)
+    done: set[str] = set()
+    if outp.is_file():
+        for line in outp.read_text(encoding="utf-8").splitlines():
+            try:
+                done.add(json.loads(line)["id"])
+            except (json.JSONDecodeError, KeyError):
+                continue  # a torn last line: that record is redone
+    records, errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
+    bad = [e.to_dict() for e in errors]
+    todo = [r for r in records if r.id not in done]
+    tracer = Tracer(lm, batch_size=batch_size)
+    n_ok = 0
+    with (
+        outp.open("a", encoding="utf-8") as f,
+        tqdm(total=len(todo), desc="repcs score", disable=not progress) as bar,
+    ):
+        for start in range(0, len(todo), batch_size):
+            batch, prepared = todo[start : start + batch_size], []
+            for r in batch:
+                try:
+                    prepared.append(prepare_pair(tracer, r, config))
+                except InputError as e:
+                    if on_error == "raise":
+                        raise InputError(f"line {r.line}: {e.reason}", record=r.id, field=e.field) from e
+                    bad.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
+            traces = trace_lockstep(tracer, prepared, config) if prepared else []
+            for t in traces:
+                v = repcs_verdict(det, t)
+                f.write(json.dumps({"id": t.id, "score": -v["kl"], **v}) + "\n")
+                n_ok += 1
+            f.flush()
+            bar.update(len(batch))
+    return {"scored": n_ok, "already_done": len(done), "errors": bad, "out": str(outp)}
 
 
 def calibration_hash(traces: Sequence[PairTrace]) -> str:
