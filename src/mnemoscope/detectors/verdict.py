@@ -34,13 +34,13 @@ Detectors never call a model: the inputs are numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 from sklearn.utils.validation import check_is_fitted
 
 from mnemoscope.errors import InputError
@@ -282,6 +282,8 @@ def evaluate_verdict(
     n_splits: int = 5,
     seed: int = 0,
     n_resamples: int = 1000,
+    groups: Sequence[Any] | None = None,
+    fold_signals: Callable[[np.ndarray], Mapping[str, Sequence[float] | np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """Leakage-free evaluation: outer stratified CV, the whole :class:`VerdictModel` refitted
     (selection, combination, conformal threshold) on each training part.
@@ -289,6 +291,9 @@ def evaluate_verdict(
     Returns the combination's out-of-fold AUC with a bootstrap CI, each candidate signal's own
     AUC (oriented, no fitting) with its CI, the realised false-flag rate on held-out clean
     records next to alpha, the recall of memory records, and how often each signal was selected.
+    With ``groups`` (e.g. a fact and its paraphrase) a group never spans training and test folds.
+    ``fold_signals(train_index)`` recomputes every row's signals with the steps fitted on the
+    training rows only (e.g. the token-attribution margin), so nothing from a test fold leaks.
     """
     base = model or VerdictModel()
     names = list(base.candidates)
@@ -298,9 +303,14 @@ def evaluate_verdict(
     flags = np.zeros(len(lab), bool)
     chosen: dict[str, int] = dict.fromkeys(names, 0)
     certified = []
-    for tr, te in StratifiedKFold(n_splits, shuffle=True, random_state=seed).split(X, lab):
-        m = clone(base).fit({n: X[tr, j] for j, n in enumerate(names)}, lab[tr])
-        p = m.predict_proba({n: X[te, j] for j, n in enumerate(names)})
+    if groups is None:
+        splits = StratifiedKFold(n_splits, shuffle=True, random_state=seed).split(X, lab)
+    else:
+        splits = StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed).split(X, lab, groups)
+    for tr, te in splits:
+        Xf = X if fold_signals is None else signal_matrix(fold_signals(tr), names)
+        m = clone(base).fit({n: Xf[tr, j] for j, n in enumerate(names)}, lab[tr])
+        p = m.predict_proba({n: Xf[te, j] for j, n in enumerate(names)})
         oof[te] = p
         flags[te] = m.flag(p)
         certified.append(m.certified_)

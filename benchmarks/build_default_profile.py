@@ -1,0 +1,139 @@
+"""Build the audit profile shipped for the embedded default model.
+
+1. Take the verified context-reliance items (``mnemoscope bench verify --chat --out runs/reliance-chat``):
+   memorized/paraphrased items the model answers closed-book (label 1) and invented-entity
+   items it answers only with the context (label 0).
+2. Split them by fact (a fact and its paraphrase stay together), stratified by label, seed 42:
+   2/3 calibration, 1/3 held out for ``benchmarks/verdict_eval.py``. The split is committed.
+3. ``calibrate_profile`` on the calibration part (chat template, template A, T = 32, CRM L2+L3
+   logistic classifier, RePCS tau, the token margin and the verdict model); traces go to
+   ``runs/``, only ``profile.json`` and ``crm.npz`` are shipped.
+
+Usage:
+    python benchmarks/build_default_profile.py [--verified runs/reliance-chat/verified.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "verdict"
+
+
+def provenance() -> dict[str, str]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "git_commit": commit,
+        "command": " ".join(["python", *sys.argv]),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def split_by_fact(items: list[dict], seed: int, test_fraction: float) -> tuple[list[str], list[str]]:
+    """Stratified group split: whole facts go to calibration or test."""
+    import numpy as np
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    labels = np.array([it["label"] for it in items])
+    groups = np.array([it.get("fact_id", it["id"]) for it in items])
+    n_splits = round(1 / test_fraction)
+    tr, te = next(
+        StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed).split(items, labels, groups)
+    )
+    return [items[i]["id"] for i in tr], [items[i]["id"] for i in te]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--verified", default=str(ROOT / "runs" / "reliance-chat" / "verified.jsonl"))
+    ap.add_argument(
+        "--out", default=str(ROOT / "src" / "mnemoscope" / "data" / "profiles" / "smollm2-135m-instruct")
+    )
+    ap.add_argument("--traces", default=str(ROOT / "runs" / "default-profile-traces"))
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--test-fraction", type=float, default=1 / 3)
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args()
+
+    from mnemoscope.data.records import Record
+    from mnemoscope.models import load_model
+    from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile
+
+    items = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
+    calib_ids, test_ids = split_by_fact(items, args.seed, args.test_fraction)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.verified, RESULTS / "verified.jsonl")
+    by_id = {it["id"]: it for it in items}
+    (RESULTS / "split.json").write_text(
+        json.dumps(
+            {
+                **provenance(),
+                "seed": args.seed,
+                "rule": "StratifiedGroupKFold by fact_id, first fold = test",
+                "calibration_ids": calib_ids,
+                "test_ids": test_ids,
+                "n_calibration": {
+                    "memory": sum(by_id[i]["label"] == 1 for i in calib_ids),
+                    "context": sum(by_id[i]["label"] == 0 for i in calib_ids),
+                },
+                "n_test": {
+                    "memory": sum(by_id[i]["label"] == 1 for i in test_ids),
+                    "context": sum(by_id[i]["label"] == 0 for i in test_ids),
+                },
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    records = [
+        Record(id=i, context=by_id[i]["context"], query=by_id[i]["query"], label=int(by_id[i]["label"]))
+        for i in calib_ids
+    ]
+    lm = load_model("default")
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    if out.exists():
+        shutil.rmtree(out)
+    prof = calibrate_profile(
+        lm,
+        records,
+        out,
+        CalibrationConfig(
+            chat="auto", template="A", max_new_tokens=32, batch_size=args.batch_size, classifier="lr"
+        ),
+        traces_dir=args.traces,
+        progress=True,
+    )
+    v = prof.verdict
+    summary = {
+        **provenance(),
+        "profile_hash": prof.content_hash,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "n_records": len(records),
+        "token_margin": prof.token_margin,
+        "repcs_tau": prof.repcs_tau,
+        "verdict": None if v is None else v.to_dict(),
+    }
+    (RESULTS / "profile_build.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("profile_hash", "seconds", "n_records", "token_margin", "repcs_tau")}
+        )
+    )
+    if v is not None:
+        print(
+            "selected signals:", v.selected_, "certified:", v.certified_, "threshold:", round(v.threshold_, 4)
+        )
+
+
+if __name__ == "__main__":
+    main()

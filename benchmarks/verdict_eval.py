@@ -1,0 +1,253 @@
+"""How good is the audit verdict? Measured on the default model, leakage-free.
+
+A. Cross-validation over every verified context-reliance item (``bench verify --chat``;
+   5 folds grouped by fact): the verdict model (signal selection, logistic combination,
+   conformal threshold, and the token-attribution margin) is refitted on each training part;
+   reported: the combination's AUC with a bootstrap CI against each single signal's AUC, the
+   realised false-flag rate on held-out clean items next to alpha, memory recall, accuracy.
+B. The held-out third (``results/verdict/split.json``, never seen by the shipped profile),
+   audited through the real pipeline (``Auditor``: lockstep decoding, shipped profile):
+   AUC of p_memory and of every signal incl. CRM's LTS score and classifier probability,
+   the realised false-flag rate vs alpha, the verdict's 3-way accuracy and confusion table,
+   and the paper rules (RePCS Z < tau, CRM anomaly) as named alternatives.
+C. The mixed token-level set (``results/mixed/verified.jsonl``): every answer token inside
+   the known context-only part vs inside the known memory part; token-level AUC of the PMI
+   and of the word PMI, the attribution's labels on those parts, and the item verdicts.
+
+Usage: python benchmarks/verdict_eval.py [--parts ABC] [--out benchmarks/results/verdict/eval.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from build_default_profile import RESULTS, ROOT, provenance
+
+
+def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
+    from mnemoscope.stats import auc_ci
+
+    e = auc_ci(np.asarray(scores, float), np.asarray(labels, int), n_resamples=1000, rng=seed)
+    return {"auc": e.estimate, "ci": [e.ci_low, e.ci_high], "n_pos": e.n_pos, "n_neg": e.n_neg}
+
+
+def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
+    from mnemoscope.detectors.repcs import RePCS
+    from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
+    from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
+    from mnemoscope.models import load_model
+    from mnemoscope.pipelines.audit import answer_pieces, trace_signals
+    from mnemoscope.trace import load_traces
+
+    lm = load_model("default")
+    by_id = {t.id: t for t in load_traces(traces_dir)}
+    items = [it for it in verified if it["id"] in by_id]
+    traces = [by_id[it["id"]] for it in items]
+    labels = np.array([it["label"] for it in items])
+    groups = [it.get("fact_id", it["id"]) for it in items]
+    pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in traces]
+    repcs = RePCS.from_calibration(profile.header["repcs"])
+    pmis = [
+        content_word_pmis(
+            pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
+        )
+        for t, pc in zip(traces, pieces, strict=True)
+    ]
+    q = profile.header["config"]["token_margin_quantile"]
+    cands = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+
+    def signals_with_margin(margin: float) -> dict[str, np.ndarray]:
+        rows = [
+            trace_signals(t, pc, margin=margin, repcs=repcs)[0] for t, pc in zip(traces, pieces, strict=True)
+        ]
+        return {k: np.array([r[k] for r in rows]) for k in cands}
+
+    def fold_signals(train: np.ndarray) -> dict[str, np.ndarray]:
+        mem = [pmis[i] for i in train if labels[i] == 1]
+        return signals_with_margin(calibrate_margin(np.concatenate(mem) if mem else [], q))
+
+    full_margin = calibrate_margin(
+        np.concatenate([p for p, y in zip(pmis, labels, strict=True) if y == 1]), q
+    )
+    res = evaluate_verdict(
+        signals_with_margin(full_margin),
+        labels,
+        VerdictModel(candidates=cands, alpha=0.05, seed=42),
+        n_splits=5,
+        seed=0,
+        groups=groups,
+        fold_signals=fold_signals,
+    )
+    res.pop("oof_p_memory")
+    res["margin_on_all_items"] = full_margin
+    res["by_kind"] = dict(Counter(it["kind"] for it in items))
+    return res
+
+
+def _audit_all(auditor: Any, reqs: list[Any], batch: int = 8) -> list[Any]:
+    from tqdm.auto import tqdm
+
+    out = []
+    for s in tqdm(range(0, len(reqs), batch), desc="audit", unit="batch"):
+        out += auditor.audit(reqs[s : s + batch])
+    return out
+
+
+def part_b(verified: list[dict], auditor: Any) -> dict[str, Any]:
+    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+
+    split = json.loads((RESULTS / "split.json").read_text())
+    by_id = {it["id"]: it for it in verified}
+    items = [by_id[i] for i in split["test_ids"]]
+    t0 = time.perf_counter()
+    results = _audit_all(auditor, [AuditRequest(it["context"], it["query"], id=it["id"]) for it in items])
+    secs = time.perf_counter() - t0
+    rows = [(it, r) for it, r in zip(items, results, strict=True) if not isinstance(r, AuditFailure)]
+    y = np.array([it["label"] for it, _ in rows])
+    d = [r.to_dict() for _, r in rows]
+    clean = y == 0
+    src = np.array([x["source"] for x in d])
+    sig = {
+        "p_memory": [x["p_memory"] for x in d],
+        "repcs_z (-)": [-x["evidence"]["repcs_z"] for x in d],
+        "closed_book_logprob": [x["evidence"]["closed_book_logprob"] for x in d],
+        "context_token_fraction (-)": [
+            -(
+                0.5
+                if x["evidence"]["context_token_fraction"] is None
+                else x["evidence"]["context_token_fraction"]
+            )
+            for x in d
+        ],
+        "crm_lts_anomaly_score": [x["crm"]["anomaly_score"] for x in d],
+        "crm_probability": [x["crm"].get("crm_probability") for x in d],
+    }
+    aucs = {k: _auc(v, y) for k, v in sig.items() if all(s is not None for s in v)}
+    expected = np.where(y == 1, "memory", "context")
+    repcs_flag = np.array([x["repcs"]["memorized"] for x in d])
+    crm_flag = np.array([x["crm"]["anomaly_flag"] for x in d])
+    mem_flag = src == "memory"
+    g = d[0]["guarantee"]
+    return {
+        "n": len(rows),
+        "n_memory": int((y == 1).sum()),
+        "n_context": int(clean.sum()),
+        "failures": len(items) - len(rows),
+        "seconds": round(secs, 1),
+        "auc": aucs,
+        "guarantee": {k: g[k] for k in ("alpha", "n_calibration", "certified", "threshold")},
+        "combined_rule": {
+            "false_flag_rate": float(mem_flag[clean].mean()),
+            "false_flags": int(mem_flag[clean].sum()),
+            "memory_recall": float(mem_flag[~clean].mean()),
+            "accuracy_3way": float((src == expected).mean()),
+            "confusion": {
+                lab: dict(Counter(src[y == (1 if lab == "memory" else 0)].tolist()))
+                for lab in ("memory", "context")
+            },
+        },
+        "repcs_paper_rule": {
+            "false_flag_rate": float(repcs_flag[clean].mean()),
+            "memory_recall": float(repcs_flag[~clean].mean()),
+            "accuracy": float((repcs_flag == (y == 1)).mean()),
+        },
+        "crm_anomaly_rule": {
+            "false_flag_rate": float(crm_flag[clean].mean()),
+            "memory_recall": float(crm_flag[~clean].mean()),
+            "accuracy": float((crm_flag == (y == 1)).mean()),
+        },
+    }
+
+
+def _find(answer: str, part: str) -> tuple[int, int] | None:
+    m = re.search(re.escape(part.strip()), answer, flags=re.IGNORECASE)
+    return None if m is None else (m.start(), m.end())
+
+
+def part_c(auditor: Any, path: Path) -> dict[str, Any]:
+    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+
+    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    results = _audit_all(auditor, [AuditRequest(it["context"], it["query"], id=it["id"]) for it in items])
+    tok_lab, tok_pmi, tok_wpmi, tok_src = [], [], [], []
+    sources: Counter[str] = Counter()
+    both_found = 0
+    for it, r in zip(items, results, strict=True):
+        if isinstance(r, AuditFailure):
+            continue
+        d = r.to_dict()
+        sources[d["source"]] += 1
+        c = _find(d["answer"], it["answer_context"])
+        m = _find(d["answer"], it["answer_memory"])
+        if c is None or m is None:
+            continue
+        both_found += 1
+        for t in d["tokens"]:
+            for lab, (s, e) in ((1, c), (0, m)):
+                if t["start"] < e and t["end"] > s and t["text"].strip():
+                    tok_lab.append(lab)
+                    tok_pmi.append(t["pmi"])
+                    tok_src.append(t["source"])
+                    tok_wpmi.append(next(x.word_pmi for x in r.tokens if x.start == t["start"]))
+    lab = np.array(tok_lab)
+    srcs = np.array(tok_src)
+    return {
+        "n_items": len(items),
+        "n_items_both_parts_in_answer": both_found,
+        "item_sources": dict(sources),
+        "item_accuracy_mixed": sources["mixed"] / max(1, sum(sources.values())),
+        "n_tokens_context_part": int((lab == 1).sum()),
+        "n_tokens_memory_part": int((lab == 0).sum()),
+        "token_auc_pmi": _auc(tok_pmi, lab),
+        "token_auc_word_pmi": _auc(tok_wpmi, lab),
+        "context_part_labels": dict(Counter(srcs[lab == 1].tolist())),
+        "memory_part_labels": dict(Counter(srcs[lab == 0].tolist())),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="ABC")
+    ap.add_argument("--verified", default=str(RESULTS / "verified.jsonl"))
+    ap.add_argument("--traces", default=str(ROOT / "runs" / "reliance-chat" / "traces"))
+    ap.add_argument("--mixed", default=str(ROOT / "benchmarks" / "results" / "mixed" / "verified.jsonl"))
+    ap.add_argument("--out", default=str(RESULTS / "eval.json"))
+    args = ap.parse_args()
+
+    from mnemoscope.pipelines.audit import Auditor
+
+    auditor = Auditor.from_spec("default")
+    verified = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
+    out_path = Path(args.out)
+    report: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    report.update(provenance())
+    report["profile_hash"] = auditor.profile.content_hash
+    import torch
+
+    report["machine"] = {
+        "threads": torch.get_num_threads(),
+        "load_avg_start": list(np.round(np.array(__import__("os").getloadavg()), 2)),
+    }
+    if "A" in args.parts:
+        report["A_cross_validation"] = part_a(verified, Path(args.traces), auditor.profile)
+        print(json.dumps(report["A_cross_validation"], indent=1))
+    if "B" in args.parts:
+        report["B_held_out"] = part_b(verified, auditor)
+        print(json.dumps(report["B_held_out"], indent=1))
+    if "C" in args.parts and Path(args.mixed).is_file():
+        report["C_mixed_tokens"] = part_c(auditor, Path(args.mixed))
+        print(json.dumps(report["C_mixed_tokens"], indent=1))
+    out_path.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    print(f"-> {out_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""The verdict: token attribution, the verdict model, its guarantee, the decision, input checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
+from mnemoscope.errors import InputError
+from mnemoscope.features.attribution import (
+    MIN_MARGIN,
+    Span,
+    attribute_tokens,
+    calibrate_margin,
+    content_word_pmis,
+    context_token_fraction,
+    merge_spans,
+)
+from mnemoscope.pipelines.audit import check_text, decide_source
+from mnemoscope.stats.conformal import conformal_lower, conformal_upper, min_n_for_alpha
+
+LOG2 = math.log(2)
+
+
+def _attr(pieces, lw, lo, top1, query="Which river runs through Quenmar?", margin=LOG2):  # type: ignore[no-untyped-def]
+    return attribute_tokens(
+        pieces=pieces,
+        logp_with=np.log(lw),
+        logp_without=np.log(lo),
+        kl=np.zeros(len(pieces)),
+        top1_without=np.array(top1),
+        query=query,
+        margin=margin,
+    )
+
+
+# -- token attribution ----------------------------------------------------------------------------
+
+
+def test_word_pmi_sums_subword_pieces_and_labels_whole_words() -> None:
+    # " Zor" + "bl" + "at": each piece alone is below the margin, the word is far above it
+    toks = _attr(
+        [" The", " capital", " is", " Paris", " and", " the", " river", " Zor", "bl", "at", "."],
+        [0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9, 0.9, 0.9],
+        [0.9, 0.9, 0.9, 0.85, 0.9, 0.9, 0.9, 0.3, 0.5, 0.5, 0.9],
+        [True, True, True, True, True, True, True, False, False, True, True],
+        query="What is the capital of France and which river runs through Quenmar?",
+    )
+    src = {t.text: t.source for t in toks}
+    assert src[" Paris"] == "memory"  # predicted top-1 without the context, the context barely helps
+    assert src[" Zor"] == src["bl"] == src["at"] == "context"  # word PMI = log(0.5/0.3 * 1.8 * 1.8) > log 2
+    assert src[" capital"] == src[" river"] == "neutral"  # restating the query is neither
+    assert src[" The"] == src["."] == src[" and"] == "neutral"
+    zor = next(t for t in toks if t.text == " Zor")
+    assert zor.word_pmi == pytest.approx(math.log(0.5 / 0.3) + 2 * math.log(1.8))
+    assert zor.pmi == pytest.approx(math.log(0.5 / 0.3))
+    spans = [(s.text, s.source) for s in merge_spans(toks) if s.source != "neutral"]
+    assert spans == [("Paris", "memory"), ("Zorblat", "context")]
+    assert context_token_fraction(toks) == pytest.approx(3 / 4)
+
+
+def test_memory_needs_the_no_context_top1_and_offsets_spell_the_answer() -> None:
+    pieces = [" Jules", " Verne", " wrote", " it", "."]
+    toks = _attr(pieces, [0.6] * 5, [0.5] * 5, [True, False, True, True, True], query="Who wrote it?")
+    # " Verne" is not the no-context top-1: no evidence for memory, and no context gain either
+    assert [t.source for t in toks] == [
+        "memory",
+        "neutral",
+        "neutral",
+        "neutral",
+        "neutral",
+    ]  # "wrote": in the query
+    answer = "".join(pieces)
+    for t in toks:
+        assert answer[t.start : t.end] == t.text
+    for s in merge_spans(toks):
+        assert answer[s.start : s.end] == s.text
+
+
+def test_spans_bridge_blanks_between_same_source_runs() -> None:
+    pieces = [" New", " ", " York"]
+    toks = _attr(pieces, [0.9, 0.9, 0.9], [0.9, 0.9, 0.9], [True, True, True], query="Which city?")
+    spans = merge_spans(toks)
+    assert [(s.text, s.source) for s in spans] == [("New  York", "memory")]
+
+
+def test_attribution_rejects_bad_shapes_and_non_finite() -> None:
+    with pytest.raises(InputError, match="logp_with"):
+        _attr([" a", " b"], [0.5], [0.5, 0.5], [True, True])
+    with pytest.raises(InputError, match="top1_without"):
+        _attr([" a"], [0.5], [0.5], [True, True])
+    with pytest.raises(InputError, match="non-finite"):
+        attribute_tokens(
+            pieces=[" a"],
+            logp_with=np.array([np.nan]),
+            logp_without=np.array([0.0]),
+            kl=np.zeros(1),
+            top1_without=np.array([True]),
+            query="q",
+            margin=LOG2,
+        )
+    assert context_token_fraction([]) is None
+
+
+def test_margin_calibration() -> None:
+    assert calibrate_margin([], 0.9) == MIN_MARGIN
+    assert calibrate_margin(np.linspace(0, 10, 101), 0.9) == pytest.approx(9.0)
+    with pytest.raises(InputError):
+        calibrate_margin([1.0], 1.5)
+    pm = content_word_pmis([" The", " river", " Zor", "blat"], np.array([0.0, 0.5, 1.0, 2.0]), "Which river?")
+    np.testing.assert_allclose(pm, [3.0])  # "The" is a function word, "river" is in the query
+
+
+# -- conformal ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2])
+def test_conformal_thresholds_match_brute_force_rank_argument(alpha: float) -> None:
+    rng = np.random.default_rng(0)
+    for n in (5, 19, 20, 57):
+        s = rng.normal(size=n)
+        up, lo = conformal_upper(s, alpha), conformal_lower(s, alpha)
+        if n < min_n_for_alpha(alpha):
+            assert math.isinf(up) and math.isinf(lo)
+            continue
+        # rank argument: a new exchangeable score lands in each of the n+1 gaps with prob 1/(n+1)
+        assert (np.sort(s) > up).sum() / (n + 1) <= alpha
+        assert (np.sort(s) < lo).sum() / (n + 1) <= alpha
+
+
+def test_conformal_rejects_bad_input() -> None:
+    with pytest.raises(InputError):
+        conformal_upper([1.0, np.nan], 0.1)
+    with pytest.raises(InputError):
+        conformal_lower([1.0], 0.0)
+
+
+# -- the verdict model ----------------------------------------------------------------------------
+
+
+def _data(n: int = 200, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.permutation(np.r_[np.ones(n // 2, int), np.zeros(n - n // 2, int)])
+    X = {
+        "repcs_z": rng.normal(6 - 3 * y, 1.5),  # strong, oriented: memory = small Z
+        "closed_book_logprob": rng.normal(-2 + 1.2 * y, 1.0),  # adds information
+        "context_token_fraction": rng.uniform(size=n),  # pure noise
+    }
+    return X, y
+
+
+def test_verdict_selects_what_adds_and_drops_noise() -> None:
+    X, y = _data()
+    m = VerdictModel(seed=0).fit(X, y)
+    assert m.selected_[0] == "repcs_z" and "closed_book_logprob" in m.selected_
+    assert "context_token_fraction" not in m.selected_
+    assert m.single_auc_["repcs_z"] > 0.85 and abs(m.single_auc_["context_token_fraction"] - 0.5) < 0.12
+    p = m.predict_proba(X)
+    assert p.shape == (len(y),) and np.all((p >= 0) & (p <= 1))
+    assert p[y == 1].mean() > p[y == 0].mean()  # orientation: higher = memory
+
+
+def test_verdict_guarantee_holds_on_fresh_clean_data() -> None:
+    X, y = _data(400, seed=1)
+    m = VerdictModel(alpha=0.1, seed=1).fit(X, y)
+    assert m.certified_ and m.n_conformal_ == 100
+    fresh, fy = _data(4000, seed=2)
+    flags = m.flag(m.predict_proba(fresh))
+    # the guarantee is on the expectation over calibration draws; one draw may exceed alpha slightly
+    assert flags[fy == 0].mean() <= 0.1 + 0.05
+    assert flags[fy == 1].mean() > 0.3
+
+
+def test_verdict_uncertified_when_too_few_clean_and_says_so() -> None:
+    X, y = _data(200)
+    keep = np.r_[np.flatnonzero(y == 1), np.flatnonzero(y == 0)[:20]]
+    m = VerdictModel(alpha=0.05, seed=0).fit({k: v[keep] for k, v in X.items()}, y[keep])
+    assert m.n_conformal_ == 10 < min_n_for_alpha(0.05) and not m.certified_ and m.threshold_ == 0.5
+
+
+def test_verdict_roundtrip_clone_and_bad_input() -> None:
+    X, y = _data()
+    m = VerdictModel(seed=3).fit(X, y)
+    m2 = VerdictModel.from_dict(m.to_dict())
+    np.testing.assert_array_equal(m.predict_proba(X), m2.predict_proba(X))
+    assert m2.threshold_ == m.threshold_ and m2.certified_ == m.certified_
+    c = clone(m)
+    assert c.get_params() == m.get_params() and not hasattr(c, "coef_")
+    with pytest.raises(InputError, match="both labels"):
+        VerdictModel().fit(X, np.zeros(len(y), int))
+    with pytest.raises(InputError, match="label"):
+        VerdictModel().fit(X, np.full(len(y), 2))
+    with pytest.raises(InputError, match="not available"):
+        m.predict_proba({"repcs_z": X["repcs_z"]})
+    bad = dict(X)
+    bad["repcs_z"] = X["repcs_z"].copy()
+    bad["repcs_z"][3] = np.inf
+    with pytest.raises(InputError, match="row 3"):
+        VerdictModel().fit(bad, y)
+    with pytest.raises(InputError, match="unknown"):
+        VerdictModel(candidates=("nope",)).fit(X, y)
+    with pytest.raises(InputError, match="malformed"):
+        VerdictModel.from_dict({"params": {}})
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        VerdictModel().predict_proba(X)
+
+
+def test_evaluate_verdict_is_leakage_free_and_deterministic() -> None:
+    X, y = _data(200, seed=4)
+    rng = np.random.default_rng(9)
+    shuffled = rng.permutation(y)  # labels unrelated to the signals: the CV AUC must sit at chance
+    r = evaluate_verdict(X, shuffled, n_resamples=200, seed=0)
+    assert abs(r["combination"]["auc"] - 0.5) < 0.12
+    good = evaluate_verdict(X, y, n_resamples=200, seed=0)
+    assert good["combination"]["auc"] > 0.85 and good["signals"]["repcs_z"]["auc"] > 0.85
+    again = evaluate_verdict(X, y, n_resamples=200, seed=0)
+    assert again["combination"] == good["combination"]
+    grouped = evaluate_verdict(X, y, n_resamples=200, seed=0, groups=np.arange(len(y)) // 2)
+    assert grouped["n"] == len(y)
+    calls = []
+
+    def fold_signals(train: np.ndarray) -> dict[str, np.ndarray]:
+        calls.append(len(train))
+        return X
+
+    evaluate_verdict(X, y, n_resamples=50, fold_signals=fold_signals)
+    assert len(calls) == 5 and all(c < len(y) for c in calls)
+
+
+# -- the decision and input checks ----------------------------------------------------------------
+
+
+def _span(src: str) -> Span:
+    return Span(text="x", source=src, start=0, end=1, pmi=0.0)  # type: ignore[arg-type]
+
+
+def test_decide_source_rules() -> None:
+    kw = {"answer": "Paris.", "p_memory": 0.9}
+    assert decide_source(identical_prompts=True, memory_flag=True, spans=[_span("memory")], **kw)[0] == (
+        "undetermined"
+    )
+    src, why = decide_source(identical_prompts=False, memory_flag=True, spans=[], answer="  ", p_memory=0.9)
+    assert src == "undetermined" and "empty answer" in why
+    assert (
+        decide_source(identical_prompts=False, memory_flag=True, spans=[_span("memory")], **kw)[0] == "memory"
+    )
+    assert (
+        decide_source(
+            identical_prompts=False, memory_flag=True, spans=[_span("memory"), _span("context")], **kw
+        )[0]
+        == "mixed"
+    )
+    assert (
+        decide_source(
+            identical_prompts=False,
+            memory_flag=False,
+            spans=[_span("context")],
+            answer="Zorblat",
+            p_memory=0.1,
+        )[0]
+        == "context"
+    )
+    assert decide_source(identical_prompts=False, memory_flag=False, spans=[], answer="x", p_memory=0.7)[
+        0
+    ] == ("undetermined")
+    assert (
+        decide_source(
+            identical_prompts=False,
+            memory_flag=False,
+            spans=[_span("context"), _span("memory")],
+            answer="x",
+            p_memory=0.2,
+        )[0]
+        == "mixed"
+    )
+
+
+def test_check_text() -> None:
+    assert check_text("a\tb\nc", "context", allow_empty=True) == "a\tb\nc"
+    assert check_text("", "context", allow_empty=True) == ""
+    with pytest.raises(InputError, match=r"field .query.*empty"):
+        check_text("  ", "query", allow_empty=False)
+    with pytest.raises(InputError, match="U\\+0007"):
+        check_text("bell\x07", "context", allow_empty=True, record="r1")
+    with pytest.raises(InputError, match="surrogate"):
+        check_text("bad \udcff", "query", allow_empty=False)
+    with pytest.raises(InputError, match="string"):
+        check_text(3, "query", allow_empty=False)
