@@ -747,7 +747,7 @@ def run_audit_file(
         if isinstance(item, InputError):
             errors.append(
                 {
-                    "id": item.record,
+                    "id": item.record if isinstance(item.record, str) else None,  # int = line number
                     "line": lineno,
                     "field": item.field,
                     "message": item.reason,
