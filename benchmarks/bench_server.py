@@ -7,7 +7,7 @@ In one run on this machine:
 2. in this process, before any server starts: a bare forward pass of the default model on a
    typical audit prompt (the profile's prompt for a median-length request, no hooks, no
    hidden states; median of several) and a bare greedy generation of exactly T tokens
-   (``model.generate``, ``min_new_tokens = T``); plus one in-process ``AuditEngine.audit`` of
+   (``model.generate``, ``min_new_tokens = T``); plus one in-process ``Auditor.audit`` of
    one request, so the HTTP/queue/storage part of the server latency can be told apart;
 3. starts ``mnemoscope serve`` (subprocess, ``--threads`` torch threads, a fresh SQLite log)
    with batching ON (``--max-batch-size 8 --max-wait-ms 20``) and OFF
@@ -125,7 +125,7 @@ def bare_reference(
     import torch
 
     from mnemoscope.models import load_model
-    from mnemoscope.server.engine import AuditEngine, AuditRequest
+    from mnemoscope.pipelines.audit import Auditor, AuditRequest
     from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.trace import Tracer, prepare_pair
     from mnemoscope.trace.pair import PairItem
@@ -157,8 +157,8 @@ def bare_reference(
             )  # fmt: skip
         return int(out.shape[1] - ids.shape[1])
 
-    engine = AuditEngine(lm, profile, batch_size=1)
-    areq = AuditRequest(typical["context"], typical["query"], T)
+    engine = Auditor(lm, profile, batch_size=1)
+    areq = AuditRequest(typical["context"], typical["query"], max_new_tokens=T)
 
     def audit() -> None:
         (res,) = engine.audit([areq])
@@ -201,7 +201,7 @@ def bare_reference(
         "engine_audit_vs_bare_generate": round(med["engine_audit_1"] / med["bare_generate_T"], 2),
         "note": "bare forward: one model(**inputs) on the profile-rendered prompt (with context) of the "
         "median-length request, no hooks; bare generate: greedy model.generate of exactly T tokens "
-        "(min_new_tokens=T); engine_audit_1: AuditEngine.audit of that one request in-process (generation "
+        "(min_new_tokens=T); engine_audit_1: Auditor.audit of that one request in-process (generation "
         "+ both teacher-forced paths + scoring, no HTTP, no storage)",
     }
     return out  # the model goes with this frame (gc.collect() in the caller)

@@ -24,6 +24,7 @@ import json
 import re
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,16 @@ def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
+    from mnemoscope.bench.crm_eval import CRMEvalConfig
+    from mnemoscope.bench.crm_extract import CRMFolder
+    from mnemoscope.bench.crm_run import fit_crm
     from mnemoscope.detectors.repcs import RePCS
     from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
     from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
+    from mnemoscope.features.crm import crm_data_from_pairs
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.audit import answer_pieces, trace_signals
+    from mnemoscope.pipelines.profile import CalibrationConfig, oof_crm_probability
     from mnemoscope.trace import load_traces
 
     lm = load_model("default")
@@ -62,23 +68,47 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
         for t, pc in zip(traces, pieces, strict=True)
     ]
     q = profile.header["config"]["token_margin_quantile"]
-    cands = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+    cands = ("repcs_z", "closed_book_logprob", "context_token_fraction", "crm_probability")
+    cfg = CalibrationConfig(
+        **{**profile.header["config"], "levels": tuple(profile.header["config"]["levels"])}
+    )
+    folder = CRMFolder(
+        data=crm_data_from_pairs(traces), pairs=traces, token_stats=None, meta={"model": lm.info.to_dict()}
+    )
 
-    def signals_with_margin(margin: float) -> dict[str, np.ndarray]:
+    def signals_with_margin(margin: float, crm_prob: np.ndarray) -> dict[str, np.ndarray]:
         rows = [
             trace_signals(t, pc, margin=margin, repcs=repcs)[0] for t, pc in zip(traces, pieces, strict=True)
         ]
-        return {k: np.array([r[k] for r in rows]) for k in cands}
+        out = {k: np.array([r[k] for r in rows]) for k in cands if k != "crm_probability"}
+        return {**out, "crm_probability": crm_prob}
 
     def fold_signals(train: np.ndarray) -> dict[str, np.ndarray]:
+        """Every fitted step on the training rows only, as calibrate_profile does it."""
         mem = [pmis[i] for i in train if labels[i] == 1]
-        return signals_with_margin(calibrate_margin(np.concatenate(mem) if mem else [], q))
+        margin = calibrate_margin(np.concatenate(mem) if mem else [], q)
+        prob = np.zeros(len(traces))
+        sub = replace(folder, data=folder.data.subset(train), pairs=[traces[i] for i in train])
+        prob[train] = oof_crm_probability(sub, "lr", cfg)  # out of fold inside the training part
+        test = np.setdiff1d(np.arange(len(traces)), train)
+        crm = fit_crm(
+            sub,
+            classifier="lr",
+            eval_config=CRMEvalConfig(
+                direction=cfg.direction, variance_threshold=cfg.variance_threshold, seed=cfg.seed
+            ),
+            levels=cfg.levels,
+            cv=False,
+        )
+        prob[test] = crm.predict_proba(folder.data.subset(test))
+        return signals_with_margin(margin, prob)
 
     full_margin = calibrate_margin(
         np.concatenate([p for p, y in zip(pmis, labels, strict=True) if y == 1]), q
     )
+    # single-signal AUCs (no fitting): CRM's probability out of fold over all rows
     res = evaluate_verdict(
-        signals_with_margin(full_margin),
+        signals_with_margin(full_margin, oof_crm_probability(folder, "lr", cfg)),
         labels,
         VerdictModel(candidates=cands, alpha=0.05, seed=42),
         n_splits=5,

@@ -29,7 +29,12 @@ def auditor(real_lm: Any) -> Auditor:
 def test_shipped_profile_is_certified_and_combines_measured_signals(auditor: Auditor) -> None:
     v = auditor.profile.verdict
     assert v is not None and v.certified_ and v.n_conformal_ >= 19
-    assert v.selected_ and set(v.selected_) <= {"repcs_z", "closed_book_logprob", "context_token_fraction"}
+    assert v.selected_ and set(v.selected_) <= {
+        "repcs_z",
+        "closed_book_logprob",
+        "context_token_fraction",
+        "crm_probability",
+    }
     assert auditor.profile.token_margin >= 0.69
 
 

@@ -235,8 +235,8 @@ def test_evaluate_verdict_is_leakage_free_and_deterministic() -> None:
 # -- the decision and input checks ----------------------------------------------------------------
 
 
-def _span(src: str) -> Span:
-    return Span(text="x", source=src, start=0, end=1, pmi=0.0)  # type: ignore[arg-type]
+def _span(src: str, text: str = "Zorblat") -> Span:
+    return Span(text=text, source=src, start=0, end=len(text), pmi=0.0)  # type: ignore[arg-type]
 
 
 def test_decide_source_rules() -> None:
@@ -277,6 +277,17 @@ def test_decide_source_rules() -> None:
             p_memory=0.2,
         )[0]
         == "mixed"
+    )
+    # a prior word ("written") is marked memory at the token level but does not make the item mixed
+    assert (
+        decide_source(
+            identical_prompts=False,
+            memory_flag=False,
+            spans=[_span("context"), _span("memory", "written")],
+            answer="x",
+            p_memory=0.2,
+        )[0]
+        == "context"
     )
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "content_word_pmis",
     "context_token_fraction",
     "merge_spans",
+    "salient",
 ]
 
 TokenSource = Literal["context", "memory", "neutral"]
@@ -186,6 +187,30 @@ _FUNCTION_WORDS = frozenset(
         "most",
         "answer",
         "answers",
+    ]
+)
+_DISCOURSE_WORDS = frozenset(
+    [
+        "however",
+        "therefore",
+        "thus",
+        "hence",
+        "moreover",
+        "furthermore",
+        "additionally",
+        "indeed",
+        "overall",
+        "finally",
+        "first",
+        "second",
+        "third",
+        "sure",
+        "certainly",
+        "yes",
+        "no",
+        "note",
+        "according",
+        "based",
     ]
 )
 _WORD_RE = re.compile(r"[\w'’-]+", re.UNICODE)
@@ -365,6 +390,25 @@ def merge_spans(tokens: Sequence[TokenAttribution]) -> list[Span]:
             )
         i = j
     return spans
+
+
+def salient(text: str) -> bool:
+    """Whether a span names something: a number, or a capitalised word that is not a function word.
+
+    Facts a model knows or a context supplies are mostly names and numbers ("Paris", "1948",
+    "Jules Verne"); prior words such as "written" or "collection" are predictable from the
+    answer so far but carry no fact. Item-level verdicts count only salient spans.
+
+    Example:
+        >>> salient("Jules Verne"), salient("1948"), salient("written"), salient("However")
+        (True, True, False, False)
+    """
+    for w in _WORD_RE.findall(text):
+        if any(ch.isdigit() for ch in w):
+            return True
+        if w[:1].isupper() and _norm(w) not in _FUNCTION_WORDS and _norm(w) not in _DISCOURSE_WORDS:
+            return True
+    return False
 
 
 def context_token_fraction(tokens: Sequence[TokenAttribution]) -> float | None:

@@ -47,6 +47,7 @@ from mnemoscope.features.attribution import (
     attribute_tokens,
     context_token_fraction,
     merge_spans,
+    salient,
 )
 from mnemoscope.pipelines.profile import AuditProfile
 from mnemoscope.pipelines.repcs import repcs_verdict
@@ -286,8 +287,10 @@ def decide_source(
     """The one decision: where the answer came from, and why in words.
 
     * empty context or empty answer: ``undetermined`` (no evidence; never ``memory``);
-    * flagged as memory: ``memory``, or ``mixed`` when some words are still context-supported;
-    * not flagged: ``mixed`` when both context- and memory-attributed words are present,
+    * flagged as memory: ``memory``, or ``mixed`` when some names or numbers are still
+      context-supported;
+    * not flagged: ``mixed`` when both context- and memory-attributed names or numbers are present
+      (:func:`~mnemoscope.features.attribution.salient`),
       ``context`` when the answer leans on the context, ``undetermined`` when p_memory leans
       towards memory but stays under the flag threshold.
     """
@@ -298,8 +301,9 @@ def decide_source(
         )
     if not answer.strip():
         return "undetermined", "The model gave an empty answer: there is nothing to attribute."
-    has_ctx = any(s.source == "context" for s in spans)
-    has_mem = any(s.source == "memory" for s in spans)
+    # item level: only spans that name something count (prior words stay marked at the token level)
+    has_ctx = any(s.source == "context" and salient(s.text) for s in spans)
+    has_mem = any(s.source == "memory" and salient(s.text) for s in spans)
     if memory_flag:
         if has_ctx:
             return "mixed", (
@@ -384,7 +388,8 @@ class Auditor:
         self.batch_size = batch_size
         self.tracer = Tracer(lm, batch_size=batch_size)
         self._repcs = RePCS.from_calibration(profile.header["repcs"])
-        self._crm_probability = crm_probability and profile.crm.classifier != "none"
+        needed = profile.verdict is not None and "crm_probability" in profile.verdict.selected_
+        self._crm_probability = (crm_probability or needed) and profile.crm.classifier != "none"
 
     @classmethod
     def from_spec(
@@ -526,6 +531,12 @@ class Auditor:
         signals, tokens = trace_signals(t, pieces, margin=prof.token_margin, repcs=self._repcs, profile=prof)
         spans = merge_spans(tokens)
         notes: list[str] = []
+        crm = _crm_block(t, prof)
+        if crm is not None and self._crm_probability:
+            from mnemoscope.features.crm import crm_data_from_pairs
+
+            crm["crm_probability"] = float(prof.crm.predict_proba(crm_data_from_pairs([t]))[0])
+            signals["crm_probability"] = crm["crm_probability"]
         verdict = prof.verdict
         p_memory: float | None = None
         if verdict is not None:
@@ -536,11 +547,6 @@ class Auditor:
                 p_memory = float(verdict.predict_proba({k: [v] for k, v in signals.items()})[0])
         rv = repcs_verdict(self._repcs, t)
         z, tau, repcs_memorized = rv["kl"], rv["tau"], rv["memorized"]
-        crm = _crm_block(t, prof)
-        if crm is not None and self._crm_probability:
-            from mnemoscope.features.crm import crm_data_from_pairs
-
-            crm["crm_probability"] = float(prof.crm.predict_proba(crm_data_from_pairs([t]))[0])
         if self.rule == "combined":
             assert verdict is not None
             memory_flag = p_memory is not None and bool(verdict.flag(p_memory))

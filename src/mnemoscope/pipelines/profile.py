@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -59,9 +60,11 @@ __all__ = [
     "calibrate_profile",
     "default_profile_path",
     "load_profile",
+    "oof_crm_probability",
 ]
 
 PROFILE_FORMAT = "mnemoscope-audit-profile/1"
+log = logging.getLogger(__name__)
 
 
 class ProfileError(InputError):
@@ -129,7 +132,12 @@ class CalibrationConfig:
     threshold_fraction: float = 0.5
     repcs_alpha: float = 0.05
     verdict_alpha: float = 0.05
-    verdict_candidates: tuple[str, ...] = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+    verdict_candidates: tuple[str, ...] = (
+        "repcs_z",
+        "closed_book_logprob",
+        "context_token_fraction",
+        "crm_probability",
+    )
     conformal_fraction: float = 0.5
     token_margin_quantile: float = 0.9
     seed: int = 42
@@ -315,7 +323,10 @@ def calibrate_profile(
     repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
     repcs.fit(pairs, None if labels is None else labels)
     rec = repcs.calibration_record()
-    margin, verdict = _fit_verdict(lm, pairs, labels, repcs, c)
+    crm_oof = None
+    if "crm_probability" in c.verdict_candidates and kind != "none":
+        crm_oof = oof_crm_probability(folder, kind, c)
+    margin, verdict = _fit_verdict(lm, pairs, labels, repcs, c, crm_oof)
 
     header: dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -365,8 +376,41 @@ def calibrate_profile(
     return load_profile(out, model=lm.info)
 
 
+def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: int = 5) -> np.ndarray:
+    """CRM's classifier probability for every calibration record, each from a CRM fitted without it.
+
+    The verdict model may only combine a fitted signal measured out of fold: an in-sample
+    probability would look better than it is on new requests.
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    from mnemoscope.bench.crm_eval import CRMEvalConfig
+    from mnemoscope.bench.crm_run import fit_crm
+
+    data = folder.data
+    y = np.asarray(data.labels)
+    oof = np.zeros(len(y))
+    for tr, te in StratifiedKFold(n_splits, shuffle=True, random_state=c.seed).split(np.zeros(len(y)), y):
+        m = fit_crm(
+            replace(folder, data=data.subset(tr)),
+            classifier=kind,
+            eval_config=CRMEvalConfig(
+                direction=c.direction, variance_threshold=c.variance_threshold, seed=c.seed
+            ),
+            levels=c.levels,
+            cv=False,
+        )
+        oof[te] = m.predict_proba(data.subset(te))
+    return oof
+
+
 def _fit_verdict(
-    lm: Any, pairs: Sequence[Any], labels: np.ndarray | None, repcs: Any, c: CalibrationConfig
+    lm: Any,
+    pairs: Sequence[Any],
+    labels: np.ndarray | None,
+    repcs: Any,
+    c: CalibrationConfig,
+    crm_oof: np.ndarray | None = None,
 ) -> tuple[float, VerdictModel | None]:
     """The token margin (from memorized answers) and the verdict model (needs both labels)."""
     from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
@@ -387,9 +431,19 @@ def _fit_verdict(
         return margin, None
     keep = [i for i, t in enumerate(pairs) if not t.identical_prompts]
     rows = [trace_signals(pairs[i], pieces[i], margin=margin, repcs=repcs)[0] for i in keep]
-    signals = {k: np.array([r[k] for r in rows]) for k in c.verdict_candidates}
+    if crm_oof is not None:
+        for r, i in zip(rows, keep, strict=True):
+            r["crm_probability"] = float(crm_oof[i])
+    cands = tuple(k for k in c.verdict_candidates if k in rows[0])
+    if len(cands) < len(c.verdict_candidates):
+        log.warning(
+            "verdict candidates %s are not measured in this calibration (no CRM classifier?); combining %s",
+            sorted(set(c.verdict_candidates) - set(cands)),
+            list(cands),
+        )
+    signals = {k: np.array([r[k] for r in rows]) for k in cands}
     verdict = VerdictModel(
-        candidates=c.verdict_candidates,
+        candidates=cands,
         alpha=c.verdict_alpha,
         conformal_fraction=c.conformal_fraction,
         seed=c.seed,
