@@ -14,7 +14,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from mnemoscope.data.records import read_records
-from mnemoscope.pipelines.audit import Auditor, AuditRequest
+from mnemoscope.pipelines.audit import Auditor, AuditRequest, AuditResult
 from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
@@ -55,10 +55,14 @@ def test_real_profile_and_audits(real_lm: Any, real_profile: Path) -> None:
         ]
     )
     assert not isinstance(mem, Exception) and not isinstance(new, Exception)
-    assert "Paris" in (mem.generation or "") and "Quenmar" in (new.generation or "")
+    assert isinstance(mem, AuditResult) and isinstance(new, AuditResult)
+    assert "Paris" in mem.answer and "Quenmar" in new.answer
     # RePCS: the invented fact needs the context, the well-known one does not
-    assert new.repcs_kl > mem.repcs_kl
-    assert len(mem.lts_trajectory) == len(prof.crm.layers)
+    assert new.repcs["kl"] > mem.repcs["kl"]
+    assert mem.crm is not None and len(mem.crm["lts_trajectory"]) == len(prof.crm.layers)
+    # 8 clean records: 4 held out for the verdict's threshold, fewer than 19 -> not certified, and said
+    assert prof.verdict is not None and not prof.verdict.certified_
+    assert mem.guarantee["certified"] is False and "NOT certified" in mem.guarantee["statement"]
 
 
 def test_real_server_roundtrip(real_lm: Any, real_profile: Path, tmp_path: Path) -> None:
@@ -78,4 +82,10 @@ def test_real_server_roundtrip(real_lm: Any, real_profile: Path, tmp_path: Path)
         assert a["model"]["name"] == real_lm.info.name
         # 8 clean records cannot certify alpha = 0.05: tau = -inf, reported as null
         assert a["repcs"]["tau"] is None if tau == float("-inf") else a["repcs"]["tau"] == pytest.approx(tau)
+        assert a["guarantee"]["certified"] is False and a["source"] in (
+            "context",
+            "memory",
+            "mixed",
+            "undetermined",
+        )
         assert c.get("/v1/stats", headers={"Authorization": "Bearer k"}).json()["model"]["n_layers"] == 30
