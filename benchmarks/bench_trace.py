@@ -64,7 +64,7 @@ def bench_forward(repeats: int) -> dict:
     lm = load_model("default")
     tracer = Tracer(lm, batch_size=BATCH)
     seqs = _prompts(lm.tokenizer, BATCH, 128)
-    ids, mask, _pos, _ = tracer._pad(seqs)
+    ids, mask, _pos, _ = tracer.pad(seqs)
 
     def bare():
         with torch.no_grad():
@@ -141,13 +141,13 @@ def _child(mode: str, cache: str) -> None:
         kept_bytes = sum(t.hidden.nbytes + t.logprobs.nbytes for t in traces)
     elif mode == "bare":  # reference: the same forwards, last-position logits only, nothing kept
         for i in range(0, N_PROMPTS, BATCH):
-            ids, mask, _, _ = tracer._pad(seqs[i : i + BATCH])
+            ids, mask, _, _ = tracer.pad(seqs[i : i + BATCH])
             with torch.no_grad():
                 lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=1)
     else:  # the plain transformers way: output_hidden_states for every prompt, kept as returned
         kept = []
         for i in range(0, N_PROMPTS, BATCH):
-            ids, mask, _, _ = tracer._pad(seqs[i : i + BATCH])
+            ids, mask, _, _ = tracer.pad(seqs[i : i + BATCH])
             with torch.no_grad():
                 out = lm.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
             hs = np.stack([h.numpy() for h in out.hidden_states], axis=1)

@@ -127,3 +127,16 @@ def test_cli_audit_human_and_json() -> None:
     assert (
         bad.returncode == 1 and "no audit profile" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     )
+
+
+def test_a_given_answer_is_scored_not_generated(auditor: Auditor) -> None:
+    given = "The Zorblat river runs through Quenmar, and the capital of France is Paris."
+    r = auditor.audit_one(CONTEXT, QUERY, answer=given)
+    assert r.answer == given and r.n_steps == len(
+        auditor.tracer.tokenizer(given, add_special_tokens=False)["input_ids"]
+    )
+    ctx = [s.text for s in r.spans if s.source == "context"]
+    assert any("Zorblat" in t for t in ctx), r.spans
+    # the context says nothing about Paris: it must not be credited to the context
+    assert not any("Paris" in t for t in ctx)
+    assert r.source in ("context", "mixed")

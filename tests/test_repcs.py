@@ -179,8 +179,11 @@ def test_cli_calibrate_score_eval(tiny_folder, tmp_path, capsys):
     assert main(argv) == 0
     out = [json.loads(x) for x in scores.read_text().splitlines()]
     assert len(out) == 18 and all(r["score"] == -r["kl"] for r in out)
+    # an empty context is no evidence: never flagged, on every path (the server's rule too)
     assert all(
-        r["memorized"] and r["identical_prompts"] and r["note"] for r in out if r["id"].startswith("m")
+        not r["memorized"] and r["identical_prompts"] and "never flagged" in r["note"]
+        for r in out
+        if r["id"].startswith("m")
     )
     assert main(argv) == 0 and len(scores.read_text().splitlines()) == 18  # resumed: nothing added
     capsys.readouterr()

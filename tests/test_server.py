@@ -540,3 +540,47 @@ def test_api_overload_answers_503_with_retry_after(lm: Any, profile_dir: Path, t
     ro = open_store(tmp_path / "o.db", readonly=True)
     assert ro.verify().ok
     ro.close()
+
+
+def test_cli_repcs_score_and_server_give_the_same_repcs_verdict(
+    tiny_service: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """One calibration, one input, two entry points: the shared JSON fields are byte-identical,
+    the empty context included (never flagged, said in a note)."""
+    import json as _json
+
+    from mnemoscope.cli.main import main
+    from mnemoscope.io import canonical_json
+
+    model_dir, profile = tiny_service
+    rows = [
+        {"id": "a", "context": "The town of Zor3 lies on the river Ka3.", "query": "Where is Zor3?"},
+        {"id": "e", "context": "", "query": "Where is Zor3?"},
+    ]
+    inp = tmp_path / "q.jsonl"
+    inp.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "scores.jsonl"
+    args = ["--quiet", "repcs", "score", "--model", str(model_dir), "--calibration", str(profile)]
+    assert main([*args, "--input", str(inp), "--out", str(out), "--batch-size", "1"]) == 0
+    cli = {r["id"]: r for r in map(_json.loads, out.read_text().splitlines())}
+    settings = load_settings(None, env={"MNEMOSCOPE_API_KEYS": "k", "MNEMOSCOPE_MAX_BATCH_SIZE": "1"})
+    from mnemoscope.models import load_model
+
+    lm = load_model(str(model_dir))
+    app = create_app(
+        settings, engine=Auditor(lm, load_profile(profile), batch_size=1), store=open_store(tmp_path / "s.db")
+    )
+    with TestClient(app) as c:
+        for r in rows:
+            a = c.post(
+                "/v1/audit",
+                json={"context": r["context"], "query": r["query"]},
+                headers={"Authorization": "Bearer k"},
+            )
+            assert a.status_code == 200, a.text
+            srv = a.json()["repcs"]
+            shared = ("kl", "tau", "memorized", "n_steps", "identical_prompts", "note")
+            assert canonical_json({k: srv[k] for k in shared}) == canonical_json(
+                {k: cli[r["id"]][k] for k in shared}
+            )
+    assert cli["e"]["identical_prompts"] and not cli["e"]["memorized"] and "never flagged" in cli["e"]["note"]

@@ -35,7 +35,7 @@ from mnemoscope.errors import InputError
 from mnemoscope.features.crm import CRMData
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.perturb import gaussian_noise, patch_last_token, perturbed_last_states
-from mnemoscope.trace.tracer import Tracer, _batches
+from mnemoscope.trace.tracer import Tracer, batch_ranges
 from mnemoscope.trace.types import PairTrace
 
 __all__ = ["causal_analyses", "default_blocks", "vocab_back_projection"]
@@ -67,7 +67,7 @@ def _states(
     make: Callable[[int, list[int]], Any] | None,
 ) -> np.ndarray:
     out = []
-    for k, idx in enumerate(_batches(len(seqs), batch_size)):
+    for k, idx in enumerate(batch_ranges(len(seqs), batch_size)):
         batch = [seqs[i] for i in idx]
         inter = None if make is None else (lambda lengths, k=k: make(k, lengths))
         out.append(perturbed_last_states(tracer, batch, inter))
@@ -164,7 +164,7 @@ def causal_analyses(
         vals = torch.from_numpy(ho[:, row])
 
         def make_patch(k: int, lengths: list[int], row: int = row, vals: torch.Tensor = vals) -> Any:
-            idx = list(_batches(len(ids_w), batch_size))[k]
+            idx = list(batch_ranges(len(ids_w), batch_size))[k]
             return patch_last_token(lm, row, vals[list(idx)])
 
         pw = _states(tracer, ids_w, batch_size, make_patch)

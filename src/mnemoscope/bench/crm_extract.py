@@ -36,7 +36,7 @@ from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.pipeline import RunSummary, run_pairs
 from mnemoscope.trace.store import TraceWriter, _write_json_atomic, load_traces
 from mnemoscope.trace.templates import PromptBuilder
-from mnemoscope.trace.tracer import Capture, Tracer, _batches
+from mnemoscope.trace.tracer import Capture, Tracer, batch_ranges
 from mnemoscope.trace.types import CRMExtras, PairTrace
 
 __all__ = ["CRMExtractConfig", "CRMFolder", "extract", "load_folder", "resolve_task"]
@@ -231,7 +231,7 @@ def _run_records(
     todo = [p for p in pairs if p.id not in writer.done_ids]
     bar = tqdm(total=len(todo), desc=desc, unit="rec", disable=not progress or not todo)
     try:
-        for idx in _batches(len(todo), batch_size):
+        for idx in batch_ranges(len(todo), batch_size):
             batch = [todo[i] for i in idx]
             writer.write(compute(batch))
             bar.update(len(batch))

@@ -476,14 +476,8 @@ class Auditor:
 
     def trace(self, prepared: Sequence[Any], forced: Sequence[list[int] | None], T: int) -> list[PairTrace]:
         """Decode a group of prepared pairs in lockstep (both paths, one generation)."""
-        try:
-            from mnemoscope.trace.lockstep import trace_lockstep
-        except ImportError:  # TEMPORARY until trace/lockstep.py lands
-            from mnemoscope.trace.pair import trace_prepared
+        from mnemoscope.trace.lockstep import trace_lockstep
 
-            if any(f is not None for f in forced):
-                raise InputError("scoring a given answer needs trace_lockstep") from None
-            return trace_prepared(self.tracer, prepared, self.profile.pair_config(T))
         return trace_lockstep(self.tracer, prepared, self.profile.pair_config(T), forced_answers=forced)
 
     def audit(self, requests: Sequence[AuditRequest]) -> list[AuditResult | AuditFailure]:

@@ -29,7 +29,7 @@ import torch
 
 from mnemoscope.errors import InputError
 from mnemoscope.trace.templates import PromptBuilder
-from mnemoscope.trace.tracer import HiddenMode, Tracer, _batches, _np
+from mnemoscope.trace.tracer import HiddenMode, Tracer, batch_ranges, to_numpy
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -144,7 +144,7 @@ def trace_pairs(
 def trace_prepared(tracer: Tracer, prepared: Sequence[PreparedPair], config: PairConfig) -> list[PairTrace]:
     """Trace pairs already screened by :func:`prepare_pair`, in batches of ``tracer.batch_size``."""
     out: list[PairTrace] = []
-    for idx in _batches(len(prepared), tracer.batch_size):
+    for idx in batch_ranges(len(prepared), tracer.batch_size):
         out.extend(_trace_batch(tracer, [prepared[i] for i in idx], config))
     return out
 
@@ -176,7 +176,7 @@ def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) 
     traces = []
     for b, p in enumerate(batch):
         n = steps[b]
-        stats = _step_stats(fw.logits[b, -n:], fo.logits[b, -n:], answers[b], config.top_k)
+        stats = step_stats(fw.logits[b, -n:], fo.logits[b, -n:], answers[b], config.top_k)
         ans = answers[b]
         traces.append(
             PairTrace(
@@ -187,10 +187,10 @@ def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) 
                 prompt_without=p.prompt_without,
                 n_prompt_tokens_with=len(p.ids_with),
                 n_prompt_tokens_without=len(p.ids_without),
-                h_with=_np(fw.hidden[b]) if fw.hidden is not None else None,
-                h_without=_np(fo.hidden[b]) if fo.hidden is not None else None,
-                h_with_prenorm=_np(fw.prenorm[b]) if fw.prenorm is not None else None,
-                h_without_prenorm=_np(fo.prenorm[b]) if fo.prenorm is not None else None,
+                h_with=to_numpy(fw.hidden[b]) if fw.hidden is not None else None,
+                h_without=to_numpy(fo.hidden[b]) if fo.hidden is not None else None,
+                h_with_prenorm=to_numpy(fw.prenorm[b]) if fw.prenorm is not None else None,
+                h_without_prenorm=to_numpy(fo.prenorm[b]) if fo.prenorm is not None else None,
                 answer_ids=np.asarray(ans, dtype=np.int64),
                 answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
                 stopped_at_eos=bool(ans and ans[-1] in eos),
@@ -218,7 +218,7 @@ def _kl_both(
     return lw, lo, kl, kl_rev
 
 
-def _step_stats(
+def step_stats(
     logits_with: torch.Tensor, logits_without: torch.Tensor, answer: list[int], k: int
 ) -> dict[str, np.ndarray]:
     """Per-step KL, entropies, answer log-probs and top-k from two ``[step vocab]`` logit blocks (float64)."""

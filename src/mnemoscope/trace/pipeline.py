@@ -16,7 +16,7 @@ from mnemoscope.errors import InputError
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.pair import PairConfig, PairLike, PreparedPair, prepare_pair, trace_prepared
 from mnemoscope.trace.store import TraceWriter
-from mnemoscope.trace.tracer import Tracer, _batches
+from mnemoscope.trace.tracer import Tracer, batch_ranges
 
 __all__ = ["RunSummary", "run_pairs"]
 
@@ -94,7 +94,7 @@ def run_pairs(
 
     bar = tqdm(total=len(prepared), desc="pairs", unit="pair", disable=not progress)
     try:
-        for idx in _batches(len(prepared), batch_size):
+        for idx in batch_ranges(len(prepared), batch_size):
             batch = [prepared[i] for i in idx]
             try:
                 traces = trace_prepared(tracer, batch, config)

@@ -66,7 +66,7 @@ class ForwardResult:
     attentions: tuple[torch.Tensor, ...] | None
 
 
-def _batches(n: int, size: int) -> Iterator[range]:
+def batch_ranges(n: int, size: int) -> Iterator[range]:
     for start in range(0, n, size):
         yield range(start, min(n, start + size))
 
@@ -95,8 +95,8 @@ class Tracer:
         self.tokenizer = lm.tokenizer
         self.batch_size = batch_size
         params = inspect.signature(self.model.forward).parameters
-        self._has_position_ids = "position_ids" in params
-        self._has_logits_to_keep = "logits_to_keep" in params
+        self.has_position_ids = "position_ids" in params
+        self.has_logits_to_keep = "logits_to_keep" in params
         self.pad_id = self._pad_id()
         self.eos_ids = sorted(set(eos_token_ids)) if eos_token_ids is not None else self._eos_ids()
 
@@ -147,9 +147,10 @@ class Tracer:
 
     # -- one padded forward -------------------------------------------------------------------------
 
-    def _pad(
+    def pad(
         self, seqs: Sequence[Sequence[int]]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """Left-pad ``seqs`` into (ids, attention mask, position ids, pads per row) on the model's device."""
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -183,17 +184,17 @@ class Tracer:
             keep_logits: number of final columns of logits to return (``0`` for none, ``"all"``).
             attentions: also return attention weights.
         """
-        ids, mask, pos, pads = self._pad(seqs)
+        ids, mask, pos, pads = self.pad(seqs)
         width = ids.shape[1]
         if positions is None:
             positions = [len(s) - 1 for s in seqs]
         padded_pos = torch.tensor([p + pad for p, pad in zip(positions, pads, strict=True)], dtype=torch.long)
 
         kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
-        if self._has_position_ids:
+        if self.has_position_ids:
             kwargs["position_ids"] = pos
         k = width if keep_logits == "all" else int(keep_logits)
-        if self._has_logits_to_keep:
+        if self.has_logits_to_keep:
             kwargs["logits_to_keep"] = max(k, 1)
         if attentions:
             kwargs["output_attentions"] = True
@@ -250,7 +251,7 @@ class Tracer:
                 seqs.append([int(t) for t in p])  # type: ignore[call-overload]
             self.check_length(len(seqs[-1]), record=i)
         out: list[PromptTrace] = []
-        for idx in _batches(len(seqs), self.batch_size):
+        for idx in batch_ranges(len(seqs), self.batch_size):
             batch = [seqs[i] for i in idx]
             keep: int | Literal["all"] = {"none": 0, "last": 1, "all": "all"}[capture.logprobs]  # type: ignore[assignment]
             if capture.token_stats:
@@ -270,24 +271,24 @@ class Tracer:
             logp = res.logits[b].float().log_softmax(-1) if res.logits is not None else None
             if res.hidden is not None:
                 if capture.hidden == "all":
-                    fields["hidden_all"] = _np(res.hidden[b, :, pad:])
-                    fields["hidden"] = _np(res.hidden[b, :, -1])
+                    fields["hidden_all"] = to_numpy(res.hidden[b, :, pad:])
+                    fields["hidden"] = to_numpy(res.hidden[b, :, -1])
                     if res.prenorm is not None:
-                        fields["hidden_prenorm_all"] = _np(res.prenorm[b, pad:])
-                        fields["hidden_prenorm"] = _np(res.prenorm[b, -1])
+                        fields["hidden_prenorm_all"] = to_numpy(res.prenorm[b, pad:])
+                        fields["hidden_prenorm"] = to_numpy(res.prenorm[b, -1])
                 else:
-                    fields["hidden"] = _np(res.hidden[b])
+                    fields["hidden"] = to_numpy(res.hidden[b])
                     if res.prenorm is not None:
-                        fields["hidden_prenorm"] = _np(res.prenorm[b])
+                        fields["hidden_prenorm"] = to_numpy(res.prenorm[b])
             if logp is not None:
                 if capture.logprobs == "all":
-                    fields["logprobs_all"] = _np(logp[pad:])
+                    fields["logprobs_all"] = to_numpy(logp[pad:])
                 if capture.logprobs != "none":
-                    fields["logprobs"] = _np(logp[-1])
+                    fields["logprobs"] = to_numpy(logp[-1])
                 if capture.token_stats:
                     fields.update(_token_stats(logp[pad:], seq))
             if res.attentions is not None:
-                fields["attentions"] = _np(torch.stack([a[b, :, pad:, pad:] for a in res.attentions]))
+                fields["attentions"] = to_numpy(torch.stack([a[b, :, pad:, pad:] for a in res.attentions]))
             traces.append(
                 PromptTrace(
                     prompt=texts[b],
@@ -316,9 +317,9 @@ class Tracer:
             eos_token_id=self.eos_ids or None,
         )
         eos = set(self.eos_ids)
-        for idx in _batches(len(seqs), self.batch_size):
+        for idx in batch_ranges(len(seqs), self.batch_size):
             batch = [seqs[i] for i in idx]
-            ids, mask, _, _ = self._pad(batch)
+            ids, mask, _, _ = self.pad(batch)
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
             results.extend(_cut_at_eos(row, eos) for row in out[:, ids.shape[1] :].tolist())
         return results
@@ -375,8 +376,8 @@ class Tracer:
         )
         eos = set(self.eos_ids)
         results: list[list[list[int]]] = []
-        for b, idx in enumerate(_batches(len(seqs), self.batch_size)):
-            ids, mask, _, _ = self._pad([seqs[i] for i in idx])
+        for b, idx in enumerate(batch_ranges(len(seqs), self.batch_size)):
+            ids, mask, _, _ = self.pad([seqs[i] for i in idx])
             torch.manual_seed(seed * 100_003 + b)
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
             rows = [_cut_at_eos(r, eos) for r in out[:, ids.shape[1] :].tolist()]
@@ -407,5 +408,5 @@ def _token_stats(logp: torch.Tensor, seq: list[int]) -> dict[str, np.ndarray]:
     }
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
+def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().to(torch.float32).cpu().numpy()

@@ -1,0 +1,182 @@
+"""Lockstep decoding: both paths of a pair from one generation (the audit's cheap path).
+
+:func:`mnemoscope.trace.pair.trace_prepared` generates the answer, then teacher-forces it on
+both paths (two more full forwards). Here the with-context path generates greedily while the
+no-context path of the same item is fed the same token at the same step, all ``2B`` rows of
+a batch in one forward per step with KV caches::
+
+    rows = [with_0 .. with_{B-1}, without_0 .. without_{B-1}]        (left-padded together)
+    prefill(rows)                -> logits at the last prompt token, hidden states there
+    for t in 0 .. T-1:
+        y_t[b] = argmax logits_with[b]            (or the given answer's token)
+        step(y_t[b] on rows b and B + b)          -> next logits of both paths
+
+The per-step distributions are the same ones the teacher-forced forwards compute (the
+same model, the same prefix; up to float rounding of cached vs full attention, ~1e-6 in
+log-probability on CPU float32, tested < 1e-4), and the result is the same
+:class:`~mnemoscope.trace.types.PairTrace`, so every consumer works unchanged.
+
+A given answer (``forced_answers``) is teacher-forced on both paths instead of generated:
+how an integration audits what a RAG chain's own LLM said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from mnemoscope.errors import InputError
+from mnemoscope.trace.hooks import StateCapture, registered_hooks
+from mnemoscope.trace.pair import PairConfig, PreparedPair, step_stats
+from mnemoscope.trace.tracer import Tracer, batch_ranges, to_numpy
+from mnemoscope.trace.types import PairTrace
+
+__all__ = ["trace_lockstep"]
+
+
+def trace_lockstep(
+    tracer: Tracer,
+    prepared: Sequence[PreparedPair],
+    config: PairConfig,
+    *,
+    forced_answers: Sequence[Sequence[int] | None] | None = None,
+) -> list[PairTrace]:
+    """Trace prepared pairs by lockstep decoding, in batches of ``tracer.batch_size``.
+
+    Args:
+        tracer: the model's tracer.
+        prepared: pairs from :func:`~mnemoscope.trace.pair.prepare_pair`.
+        config: T (``max_new_tokens``), top-k, hidden states, ``answer_without``.
+        forced_answers: per pair, token ids to teacher-force instead of generating (``None``
+            entries generate); a forced answer is used whole (up to its length, not T).
+
+    Returns:
+        one :class:`PairTrace` per pair, in order.
+    """
+    forced = list(forced_answers) if forced_answers is not None else [None] * len(prepared)
+    if len(forced) != len(prepared):
+        raise InputError(f"forced_answers has {len(forced)} entries for {len(prepared)} pairs")
+    for p, f in zip(prepared, forced, strict=True):
+        if f is not None and len(f) == 0:
+            raise InputError("the given answer is empty", record=str(p.item.id), field="answer")
+    out: list[PairTrace] = []
+    for idx in batch_ranges(len(prepared), tracer.batch_size):
+        out.extend(_lockstep_batch(tracer, [prepared[i] for i in idx], [forced[i] for i in idx], config))
+    return out
+
+
+def _cache_kwargs(model: Any, out: Any) -> dict[str, Any]:
+    """The KV cache of ``out`` as the next call's argument (``cache`` in transformers >= 5.x,
+    ``past_key_values`` before)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+
+
+@torch.no_grad()
+def _lockstep_batch(
+    tracer: Tracer, batch: list[PreparedPair], forced: list[Sequence[int] | None], config: PairConfig
+) -> list[PairTrace]:
+    B = len(batch)
+    model = tracer.model
+    rows = [p.ids_with for p in batch] + [p.ids_without for p in batch]
+    ids, mask, pos, _ = tracer.pad(rows)
+    width = ids.shape[1]
+    limits = [len(f) if f is not None else config.max_new_tokens for f in forced]
+    for p, n in zip(batch, limits, strict=True):
+        tracer.check_length(len(p.ids_with), record=str(p.item.id), field="context", extra=n)
+
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": True}
+    if tracer.has_position_ids:
+        kwargs["position_ids"] = pos
+    if tracer.has_logits_to_keep:
+        kwargs["logits_to_keep"] = 1
+    h = pre = None
+    arch = tracer.lm.arch
+    if config.hidden and arch is not None:
+        last = torch.full((2 * B,), width - 1, dtype=torch.long)
+        cap = StateCapture(model, arch, last, all_positions=False)
+        with registered_hooks(cap.specs()):
+            out = model(**kwargs)
+        h, pre = cap.result()
+    elif config.hidden:
+        out = model(**kwargs, output_hidden_states=True)
+        h = torch.stack([s[:, -1] for s in out.hidden_states], dim=1)
+    else:
+        out = model(**kwargs)
+
+    eos = set(tracer.eos_ids)
+    answers: list[list[int]] = [[] for _ in range(B)]
+    done = [False] * B
+    logits_w: list[list[torch.Tensor]] = [[] for _ in range(B)]
+    logits_o: list[list[torch.Tensor]] = [[] for _ in range(B)]
+    next_pos = pos[:, -1:] + 1
+    for t in range(max(limits)):
+        last_logits = out.logits[:, -1].float()
+        step = torch.empty(B, dtype=torch.long)
+        for b in range(B):
+            if done[b]:
+                step[b] = tracer.pad_id
+                continue
+            f = forced[b]
+            y = int(f[t]) if f is not None else int(last_logits[b].argmax())
+            answers[b].append(y)
+            logits_w[b].append(last_logits[b])
+            logits_o[b].append(last_logits[B + b])
+            step[b] = y
+            if len(answers[b]) >= limits[b] or (f is None and y in eos):
+                done[b] = True
+        if all(done):
+            break
+        tok = torch.cat([step, step]).unsqueeze(-1).to(ids.device)
+        mask = torch.cat([mask, torch.ones((2 * B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        kw: dict[str, Any] = {"input_ids": tok, "attention_mask": mask, "use_cache": True}
+        kw.update(_cache_kwargs(model, out))
+        if tracer.has_position_ids:
+            kw["position_ids"] = next_pos
+        out = model(**kw)
+        next_pos = next_pos + 1
+
+    no_ctx = (
+        tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
+        if config.answer_without
+        else None
+    )
+    traces = []
+    for b, p in enumerate(batch):
+        ans = answers[b]
+        stats = step_stats(torch.stack(logits_w[b]), torch.stack(logits_o[b]), ans, config.top_k)
+        traces.append(
+            PairTrace(
+                id=str(p.item.id),
+                context=p.item.context,
+                query=p.item.query,
+                prompt_with=p.prompt_with,
+                prompt_without=p.prompt_without,
+                n_prompt_tokens_with=len(p.ids_with),
+                n_prompt_tokens_without=len(p.ids_without),
+                h_with=to_numpy(h[b]) if h is not None else None,
+                h_without=to_numpy(h[B + b]) if h is not None else None,
+                h_with_prenorm=to_numpy(pre[b]) if pre is not None else None,
+                h_without_prenorm=to_numpy(pre[B + b]) if pre is not None else None,
+                answer_ids=np.asarray(ans, dtype=np.int64),
+                answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
+                stopped_at_eos=bool(ans and ans[-1] in eos),
+                identical_prompts=p.ids_with == p.ids_without,
+                answer_without_ids=np.asarray(no_ctx[b], dtype=np.int64) if no_ctx is not None else None,
+                answer_without=tracer.tokenizer.decode(no_ctx[b], skip_special_tokens=True)
+                if no_ctx
+                else None,
+                label=p.item.label,
+                template=config.builder.to_dict(),
+                **stats,
+            )
+        )
+    return traces
