@@ -24,9 +24,11 @@ FIELDS = ("logprob_answer_with", "logprob_answer_without", "kl_steps", "kl_rev_s
 TOL = 1e-4
 
 
-def _both(tracer: Tracer, items: list[PairItem], cfg: PairConfig) -> tuple[list[PairTrace], list[PairTrace]]:
+def _both(
+    tracer: Tracer, items: list[PairItem], cfg: PairConfig, schedule: str = "auto"
+) -> tuple[list[PairTrace], list[PairTrace]]:
     prepared = [prepare_pair(tracer, it, cfg) for it in items]
-    return trace_lockstep(tracer, prepared, cfg), trace_prepared(tracer, prepared, cfg)
+    return trace_lockstep(tracer, prepared, cfg, schedule=schedule), trace_prepared(tracer, prepared, cfg)  # type: ignore[arg-type]
 
 
 def _assert_same(a: PairTrace, b: PairTrace) -> None:
@@ -41,11 +43,12 @@ def _assert_same(a: PairTrace, b: PairTrace) -> None:
     assert a.identical_prompts == b.identical_prompts and a.stopped_at_eos == b.stopped_at_eos
 
 
+@pytest.mark.parametrize("schedule", ["lockstep", "fused"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
-def test_lockstep_equals_teacher_forced_in_a_padded_batch(arch: str) -> None:
+def test_lockstep_equals_teacher_forced_in_a_padded_batch(arch: str, schedule: str) -> None:
     lm = tiny_lm(arch)
     cfg = PairConfig(max_new_tokens=7, top_k=5)
-    lock, tf = _both(Tracer(lm, batch_size=4), ITEMS, cfg)
+    lock, tf = _both(Tracer(lm, batch_size=4), ITEMS, cfg, schedule)
     for a, b in zip(lock, tf, strict=True):
         _assert_same(a, b)
     empty = lock[1]
@@ -60,24 +63,26 @@ def test_batch_of_one_equals_batch_of_four(lm) -> None:  # type: ignore[no-untyp
         _assert_same(a, b)
 
 
-def test_eos_mid_batch_stops_that_row_only(lm) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("schedule", ["lockstep", "fused"])
+def test_eos_mid_batch_stops_that_row_only(lm, schedule) -> None:  # type: ignore[no-untyped-def]
     cfg = PairConfig(max_new_tokens=6, top_k=5)
     full = trace_lockstep(Tracer(lm), [prepare_pair(Tracer(lm), ITEMS[0], cfg)], cfg)[0]
     stop = int(full.answer_ids[2])
     tracer = Tracer(lm, eos_token_ids=[stop], batch_size=4)
-    lock, tf = _both(tracer, ITEMS, cfg)
+    lock, tf = _both(tracer, ITEMS, cfg, schedule)
     assert lock[0].stopped_at_eos and lock[0].n_steps == full.answer_ids.tolist().index(stop) + 1
     for a, b in zip(lock, tf, strict=True):
         _assert_same(a, b)
 
 
-def test_forced_answer_equals_teacher_forcing(lm) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("schedule", ["lockstep", "fused"])
+def test_forced_answer_equals_teacher_forcing(lm, schedule) -> None:  # type: ignore[no-untyped-def]
     cfg = PairConfig(max_new_tokens=6, top_k=5)
     tracer = Tracer(lm, batch_size=4)
     prepared = [prepare_pair(tracer, it, cfg) for it in ITEMS]
-    gen = trace_lockstep(tracer, prepared, cfg)
+    gen = trace_lockstep(tracer, prepared, cfg, schedule=schedule)
     forced = [t.answer_ids.tolist() for t in gen]
-    again = trace_lockstep(tracer, prepared, cfg, forced_answers=forced)
+    again = trace_lockstep(tracer, prepared, cfg, forced_answers=forced, schedule=schedule)
     for a, b in zip(again, gen, strict=True):
         _assert_same(a, b)
     # a different given answer is scored, not generated, and may run past T
@@ -88,6 +93,8 @@ def test_forced_answer_equals_teacher_forcing(lm) -> None:  # type: ignore[no-un
         trace_lockstep(tracer, prepared[:1], cfg, forced_answers=[[]])
     with pytest.raises(InputError, match="entries"):
         trace_lockstep(tracer, prepared, cfg, forced_answers=[None])
+    with pytest.raises(InputError, match="schedule"):
+        trace_lockstep(tracer, prepared, cfg, schedule="fast")  # type: ignore[arg-type]
 
 
 def test_no_hidden_states_when_not_asked(lm) -> None:  # type: ignore[no-untyped-def]
@@ -108,9 +115,10 @@ def test_lockstep_equals_teacher_forced_on_the_default_model(real_lm) -> None:  
         PairItem("p", "Paris is the capital of France.", "What is the capital of France?"),
         PairItem("e", "", "What is the capital of Japan?"),
     ]
-    lock, tf = _both(Tracer(real_lm, batch_size=3), items, cfg)
+    lock, tf = _both(Tracer(real_lm, batch_size=3), items, cfg, "lockstep")
+    fused = _both(Tracer(real_lm, batch_size=3), items, cfg, "fused")[0]
     worst = 0.0
-    for a, b in zip(lock, tf, strict=True):
+    for a, b in zip([*lock, *fused], [*tf, *tf], strict=True):
         _assert_same(a, b)
         worst = max(worst, float(np.max(np.abs(a.logprob_answer_without - b.logprob_answer_without))))
     assert worst < TOL

@@ -23,7 +23,7 @@ how an integration audits what a RAG chain's own LLM said.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -34,7 +34,10 @@ from mnemoscope.trace.pair import PairConfig, PreparedPair, step_stats
 from mnemoscope.trace.tracer import Tracer, batch_ranges, to_numpy
 from mnemoscope.trace.types import PairTrace
 
-__all__ = ["trace_lockstep"]
+__all__ = ["LOCKSTEP_MIN_BATCH", "Schedule", "trace_lockstep"]
+
+Schedule = Literal["auto", "lockstep", "fused"]
+LOCKSTEP_MIN_BATCH = 4
 
 
 def trace_lockstep(
@@ -43,6 +46,7 @@ def trace_lockstep(
     config: PairConfig,
     *,
     forced_answers: Sequence[Sequence[int] | None] | None = None,
+    schedule: Schedule = "auto",
 ) -> list[PairTrace]:
     """Trace prepared pairs by lockstep decoding, in batches of ``tracer.batch_size``.
 
@@ -52,6 +56,12 @@ def trace_lockstep(
         config: T (``max_new_tokens``), top-k, hidden states, ``answer_without``.
         forced_answers: per pair, token ids to teacher-force instead of generating (``None``
             entries generate); a forced answer is used whole (up to its length, not T).
+        schedule: ``"lockstep"`` (both paths decoded together, 2B rows per step),
+            ``"fused"`` (the with-context path decodes B rows, then the no-context path is
+            scored in one teacher-forced forward over its prompt + the answer) or ``"auto"``:
+            lockstep from :data:`LOCKSTEP_MIN_BATCH` pairs per batch, fused below (on a CPU a
+            second row per decode step costs ~60 % of a step at batch 1 but little at batch 8;
+            ``benchmarks/bench_audit.py`` measures both).
 
     Returns:
         one :class:`PairTrace` per pair, in order.
@@ -62,9 +72,16 @@ def trace_lockstep(
     for p, f in zip(prepared, forced, strict=True):
         if f is not None and len(f) == 0:
             raise InputError("the given answer is empty", record=str(p.item.id), field="answer")
+    if schedule not in ("auto", "lockstep", "fused"):
+        raise InputError(f"unknown schedule {schedule!r}; choose auto, lockstep or fused", field="schedule")
     out: list[PairTrace] = []
     for idx in batch_ranges(len(prepared), tracer.batch_size):
-        out.extend(_lockstep_batch(tracer, [prepared[i] for i in idx], [forced[i] for i in idx], config))
+        sched: Literal["lockstep", "fused"] = (
+            ("lockstep" if len(idx) >= LOCKSTEP_MIN_BATCH else "fused") if schedule == "auto" else schedule
+        )
+        out.extend(
+            _lockstep_batch(tracer, [prepared[i] for i in idx], [forced[i] for i in idx], config, sched)
+        )
     return out
 
 
@@ -82,18 +99,28 @@ def _cache_kwargs(model: Any, out: Any) -> dict[str, Any]:
 
 @torch.no_grad()
 def _lockstep_batch(
-    tracer: Tracer, batch: list[PreparedPair], forced: list[Sequence[int] | None], config: PairConfig
+    tracer: Tracer,
+    batch: list[PreparedPair],
+    forced: list[Sequence[int] | None],
+    config: PairConfig,
+    schedule: Literal["lockstep", "fused"],
 ) -> list[PairTrace]:
     B = len(batch)
     model = tracer.model
-    rows = [p.ids_with for p in batch] + [p.ids_without for p in batch]
-    ids, mask, pos, _ = tracer.pad(rows)
-    width = ids.shape[1]
     limits = [len(f) if f is not None else config.max_new_tokens for f in forced]
     for p, n in zip(batch, limits, strict=True):
         tracer.check_length(len(p.ids_with), record=str(p.item.id), field="context", extra=n)
+    rows = [p.ids_with for p in batch]
+    if schedule == "lockstep":
+        rows += [p.ids_without for p in batch]
+    R = len(rows)
+    ids, mask, pos, pads = tracer.pad(rows)
+    width = ids.shape[1]
+    use_mask = any(pads)  # no padding: let the model take its causal fast path
 
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": True}
+    kwargs: dict[str, Any] = {"input_ids": ids, "use_cache": True}
+    if use_mask:
+        kwargs["attention_mask"] = mask
     if tracer.has_position_ids:
         kwargs["position_ids"] = pos
     if tracer.has_logits_to_keep:
@@ -101,14 +128,13 @@ def _lockstep_batch(
     h = pre = None
     arch = tracer.lm.arch
     if config.hidden and arch is not None:
-        last = torch.full((2 * B,), width - 1, dtype=torch.long)
-        cap = StateCapture(model, arch, last, all_positions=False)
+        cap = StateCapture(model, arch, torch.full((R,), width - 1, dtype=torch.long), all_positions=False)
         with registered_hooks(cap.specs()):
             out = model(**kwargs)
         h, pre = cap.result()
     elif config.hidden:
         out = model(**kwargs, output_hidden_states=True)
-        h = torch.stack([s[:, -1] for s in out.hidden_states], dim=1)
+        h = torch.stack([st[:, -1] for st in out.hidden_states], dim=1)
     else:
         out = model(**kwargs)
 
@@ -129,20 +155,39 @@ def _lockstep_batch(
             y = int(f[t]) if f is not None else int(last_logits[b].argmax())
             answers[b].append(y)
             logits_w[b].append(last_logits[b])
-            logits_o[b].append(last_logits[B + b])
+            if schedule == "lockstep":
+                logits_o[b].append(last_logits[B + b])
             step[b] = y
             if len(answers[b]) >= limits[b] or (f is None and y in eos):
                 done[b] = True
         if all(done):
             break
-        tok = torch.cat([step, step]).unsqueeze(-1).to(ids.device)
-        mask = torch.cat([mask, torch.ones((2 * B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-        kw: dict[str, Any] = {"input_ids": tok, "attention_mask": mask, "use_cache": True}
+        tok = (torch.cat([step, step]) if schedule == "lockstep" else step).unsqueeze(-1).to(ids.device)
+        kw: dict[str, Any] = {"input_ids": tok, "use_cache": True}
+        if use_mask:
+            mask = torch.cat([mask, torch.ones((R, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            kw["attention_mask"] = mask
         kw.update(_cache_kwargs(model, out))
         if tracer.has_position_ids:
             kw["position_ids"] = next_pos
         out = model(**kw)
         next_pos = next_pos + 1
+
+    h_w, pre_w = (h[:B] if h is not None else None), (pre[:B] if pre is not None else None)
+    if schedule == "lockstep":
+        h_o, pre_o = (h[B:] if h is not None else None), (pre[B:] if pre is not None else None)
+    else:  # the no-context path: one teacher-forced forward over prompt_without + y[:-1]
+        keep = max(len(a) for a in answers)
+        fo = tracer.forward(
+            [p.ids_without + a[:-1] for p, a in zip(batch, answers, strict=True)],
+            hidden="last" if config.hidden else "none",
+            positions=[len(p.ids_without) - 1 for p in batch],
+            keep_logits=keep,
+        )
+        assert fo.logits is not None
+        for b, a in enumerate(answers):
+            logits_o[b] = list(fo.logits[b, -len(a) :].float())
+        h_o, pre_o = fo.hidden, fo.prenorm
 
     no_ctx = (
         tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
@@ -162,10 +207,10 @@ def _lockstep_batch(
                 prompt_without=p.prompt_without,
                 n_prompt_tokens_with=len(p.ids_with),
                 n_prompt_tokens_without=len(p.ids_without),
-                h_with=to_numpy(h[b]) if h is not None else None,
-                h_without=to_numpy(h[B + b]) if h is not None else None,
-                h_with_prenorm=to_numpy(pre[b]) if pre is not None else None,
-                h_without_prenorm=to_numpy(pre[B + b]) if pre is not None else None,
+                h_with=to_numpy(h_w[b]) if h_w is not None else None,
+                h_without=to_numpy(h_o[b]) if h_o is not None else None,
+                h_with_prenorm=to_numpy(pre_w[b]) if pre_w is not None else None,
+                h_without_prenorm=to_numpy(pre_o[b]) if pre_o is not None else None,
                 answer_ids=np.asarray(ans, dtype=np.int64),
                 answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
                 stopped_at_eos=bool(ans and ans[-1] in eos),
