@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from collections import Counter
 from dataclasses import replace
@@ -197,12 +196,8 @@ def part_b(verified: list[dict], auditor: Any) -> dict[str, Any]:
     }
 
 
-def _find(answer: str, part: str) -> tuple[int, int] | None:
-    m = re.search(re.escape(part.strip()), answer, flags=re.IGNORECASE)
-    return None if m is None else (m.start(), m.end())
-
-
 def part_c(auditor: Any, path: Path) -> dict[str, Any]:
+    from mnemoscope.bench.mixed import find_part
     from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
 
     items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -215,8 +210,8 @@ def part_c(auditor: Any, path: Path) -> dict[str, Any]:
             continue
         d = r.to_dict()
         sources[d["source"]] += 1
-        c = _find(d["answer"], it["answer_context"])
-        m = _find(d["answer"], it["answer_memory"])
+        c = find_part(d["answer"], {"answer": it["answer_context"], "aliases": it.get("aliases_context", [])})
+        m = find_part(d["answer"], {"answer": it["answer_memory"], "aliases": it.get("aliases_memory", [])})
         if c is None or m is None:
             continue
         both_found += 1

@@ -56,7 +56,17 @@ def register(sub: Any) -> None:
         "Writes OUT/verified.jsonl, OUT/verify.json and OUT/traces/ (reusable by 'repcs eval --answer-without').",
     )
     add_model_args(v)
-    v.add_argument("--suite", choices=["reliance"], default="reliance")
+    v.add_argument(
+        "--suite",
+        choices=["reliance", "mixed"],
+        default="reliance",
+        help="reliance: the item-level set; mixed: the token-level set (half context, half memory)",
+    )
+    v.add_argument(
+        "--memorized-from",
+        metavar="FILE",
+        help="with --suite mixed: the reliance verified.jsonl of this model (its memorized facts count as known)",
+    )
     v.add_argument("--out", required=True, metavar="DIR")
     v.add_argument("--template", default="A")
     v.add_argument("--chat", action="store_true")
@@ -176,6 +186,32 @@ def _verify(args: argparse.Namespace) -> int:
         answer_without=True,
     )
     lm = load_from_args(args)
+    if args.suite == "mixed":
+        import json
+        from pathlib import Path
+
+        from mnemoscope.bench.mixed import load_mixed, verify_mixed
+
+        known = None
+        if args.memorized_from:
+            text = Path(args.memorized_from).read_text(encoding="utf-8")
+            rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+            known = [r["id"] for r in rows if r.get("kind") == "memorized"]
+        res = verify_mixed(
+            lm,
+            load_mixed(),
+            args.out,
+            config,
+            memorized_ids=known,
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+        )
+        for why, n in res["outcomes"].items():
+            print(f"{why:<40} {n:>4}")
+        print(
+            f"{res['n_kept']} of {res['n_items']} mixed items survive on {lm.info.name} -> {args.out}/verified.jsonl"
+        )
+        return 0
     res = verify_reliance(
         lm, load_reliance(), args.out, config, batch_size=args.batch_size, progress=not args.quiet
     )
