@@ -150,12 +150,38 @@ def test_dashboard_audit_flow(page: Any, js_errors: list[str], tmp_path: Path) -
     _audit(page, "The town of Velmora lies on the river Odrin, north of the salt flats.", query)
     expect(page.locator("#error")).to_be_hidden()
 
-    # verdicts
-    expect(page.locator("#v-anomaly")).to_have_text(re.compile(r"^CRM (anomaly|normal) \(score -?[\d.]+"))
-    expect(page.locator("#v-anomaly")).to_have_class(re.compile(r"\bverdict (good|bad)\b"))
-    expect(page.locator("#v-repcs")).to_have_text(
-        re.compile(r"^RePCS (memorized|context used) \(Z [-+\d.e]+ vs tau [-+\d.e]+\)")
+    # the verdict leads: a source badge, p_memory, the sentence, the guarantee; CRM is secondary
+    expect(page.locator("#v-source")).to_have_text(re.compile(r"^(context|memory|mixed|undetermined)$"))
+    expect(page.locator("#v-source")).to_have_class(
+        re.compile(r"\bbadge (context|memory|mixed|undetermined)\b")
     )
+    expect(page.locator("#v-pmem")).to_have_text(re.compile(r"^p_memory \d\.\d\d$"))
+    expect(page.locator("#v-summary")).not_to_be_empty()
+    expect(page.locator("#v-guarantee")).to_contain_text("Guarantee (combined rule")
+    expect(page.locator("#v-anomaly")).to_have_text(
+        re.compile(r"^CRM anomaly rule: (flagged|not flagged) \(score")
+    )
+    expect(page.locator("#v-repcs")).to_have_text(
+        re.compile(r"^RePCS (memorized|context used) \(Z [-+\d.e]+ vs tau [-+\d.e-]+\)")
+    )
+    # every answer token is a highlighted element, and together they spell the answer
+    toks = page.locator("#r-answer span.tok")
+    assert toks.count() > 0
+    spelled = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#r-answer span.tok')).map(s => s.textContent).join('')"
+    )
+    audit_id = re.search(r"id ([0-9a-f]{32})", page.inner_text("#r-meta")).group(1)  # type: ignore[union-attr]
+    api = page.evaluate(
+        "async ([id, key]) => (await fetch('/v1/audits/' + id, {headers: {Authorization: 'Bearer ' + key}})).json()",
+        [audit_id, API_KEY],
+    )
+    assert spelled == api["answer"] and len(api["tokens"]) == toks.count()
+    sources = set(
+        page.evaluate(
+            "() => Array.from(document.querySelectorAll('#r-answer span.tok')).map(s => s.dataset.source)"
+        )
+    )
+    assert sources <= {"context", "memory", "neutral"}, sources
     expect(page.locator("#r-meta")).to_have_text(re.compile(r"^id [0-9a-f]{32} · seq \d+ · \d+ ms"))
 
     # history: refreshed after each audit (and every 5 s); newest first
@@ -164,7 +190,10 @@ def test_dashboard_audit_flow(page: Any, js_errors: list[str], tmp_path: Path) -
     expect(rows.nth(0).locator("td.q")).to_have_text(query)
     expect(rows.nth(1).locator("td.q")).to_have_text(tricky)
     assert page.locator("#inj").count() == 0, "the query was inserted as HTML"
-    expect(rows.nth(0).locator("td").nth(3)).to_have_text(re.compile(r"^(ANOMALY|normal)$"))
+    expect(rows.nth(0).locator("td").nth(3)).to_have_text(
+        re.compile(r"^(context|memory|mixed|undetermined)$")
+    )
+    expect(rows.nth(0).locator("td").nth(6)).to_have_text(re.compile(r"^(flagged|no)$"))
 
     # status panel counts
     expect(page.locator("#s-count")).to_have_text("2")
@@ -196,6 +225,20 @@ def test_dashboard_audit_flow(page: Any, js_errors: list[str], tmp_path: Path) -
     expect(page.locator("#hist tr")).to_have_count(3)
     expect(page.locator("#hist tr").nth(0).locator("td.q")).to_have_text(query3)
     expect(page.locator("#s-count")).to_have_text("3")
+    expect(page.locator("#r-meta")).to_contain_text("seq 3")
+
+    # the detail view: clicking an older history row opens that audit, highlighted the same way
+    first_meta = page.inner_text("#r-meta")
+    page.locator("#hist tr").nth(2).click()
+    expect(page.locator("#r-meta")).not_to_have_text(first_meta)
+    expect(page.locator("#r-meta")).to_contain_text("seq 1")
+    assert re.search(r"#/audit/[0-9a-f]{32}$", page.url)
+    expect(page.locator("#v-source")).to_have_text(re.compile(r"^(context|memory|mixed|undetermined)$"))
+    assert page.locator("#r-answer span.tok").count() > 0
+    detail = _screenshot_dir(tmp_path) / "dashboard-verdict.png"
+    page.locator("#form").screenshot(path=str(detail))
+    assert detail.stat().st_size > 5_000
+    page.locator("#hist tr").nth(0).click()
     expect(page.locator("#r-meta")).to_contain_text("seq 3")
 
     out = _screenshot_dir(tmp_path) / "dashboard.png"

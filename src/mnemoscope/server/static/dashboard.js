@@ -72,10 +72,10 @@
         "<td>" + esc(a.seq) + "</td>" +
         "<td>" + (a.created_at ? new Date(a.created_at * 1000).toLocaleTimeString() : "-") + "</td>" +
         '<td class="q" title="' + esc(a.query) + '">' + esc(a.pruned ? "(pruned)" : a.query) + "</td>" +
-        "<td>" + (a.pruned ? "-" : a.anomaly_flag ? "ANOMALY" : "normal") + "</td>" +
-        "<td>" + fmt(a.anomaly_score, 2) + "</td>" +
+        '<td class="src-' + esc(a.source) + '">' + esc(a.pruned ? "-" : a.source || "-") + "</td>" +
+        "<td>" + fmt(a.p_memory, 2) + "</td>" +
         "<td>" + num(a.repcs && a.repcs.kl) + "</td>" +
-        "<td>" + (a.repcs ? (a.repcs.memorized ? "yes" : "no") : "-") + "</td>" +
+        "<td>" + (a.pruned ? "-" : a.anomaly_flag ? "flagged" : "no") + "</td>" +
         "<td>" + fmt(a.latency_ms, 0) + " ms</td></tr>").join("");
       if (!last && h.items.length && !h.items[0].pruned) { last = h.items[0]; drawAll(); }
     } catch (e) {
@@ -90,7 +90,8 @@
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
     if (!a) { g.fillStyle = "#6b7480"; g.fillText("no audit yet", W / 2 - 30, H / 2); return; }
-    const y = a.lts_trajectory, z = a.lts_z, layers = a.layers, n = y.length;
+    const y = a.lts_trajectory || [], z = a.lts_z || [], layers = a.layers || [], n = y.length;
+    if (!n) { g.fillStyle = "#6b7480"; g.fillText("no LTS trajectory (CRM not measured)", W / 2 - 90, H / 2); return; }
     const flagged = new Set(a.flagged_layers);
     // calibration band: mu +- k sigma recovered from z: mu = y - z*sigma is unknown here, so draw z-space band
     const k = profile && profile.anomaly ? profile.anomaly.k_sigma : 2;
@@ -118,6 +119,7 @@
   }
 
   function drawKL(a) {
+    if (a && !a.repcs) a = null;
     const cv = $("kl"), g = cv.getContext("2d"), W = cv.width, H = cv.height;
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
@@ -140,23 +142,73 @@
 
   function drawAll() { drawLTS(last); drawKL(last); }
 
+  // the answer with every token wrapped by its source; offsets index into a.answer
+  function renderAnswer(a) {
+    const el = $("r-answer");
+    el.textContent = "";
+    if (!a.answer) { el.textContent = a.pruned ? "(pruned)" : "(answer not returned)"; return; }
+    const toks = a.tokens || [];
+    if (!toks.length) { el.textContent = a.answer; return; }
+    for (const t of toks) {
+      const span = document.createElement("span");
+      span.className = "tok" + (t.source === "context" || t.source === "memory" ? " " + t.source : "");
+      span.dataset.source = t.source;
+      span.textContent = t.text;
+      span.title = t.source + " | pmi " + num(t.pmi) + " | KL " + num(t.kl) +
+        " | p(with) " + fmt(Math.exp(t.logp_with), 3) + " | p(without) " + fmt(Math.exp(t.logp_without), 3);
+      el.appendChild(span);
+    }
+  }
+
   function showResult(a) {
     last = a;
     $("result").hidden = false;
-    const an = $("v-anomaly");
-    an.textContent = (a.anomaly_flag ? "CRM anomaly" : "CRM normal") + " (score " + fmt(a.anomaly_score, 2) + ", " + a.flagged_layers.length + " layer(s) flagged)";
-    an.className = "verdict " + (a.anomaly_flag ? "bad" : "good");
+    const src = a.source || "undetermined";
+    const badge = $("v-source");
+    badge.textContent = src;
+    badge.className = "badge " + src;
+    $("v-pmem").textContent = a.p_memory === null || a.p_memory === undefined ? "p_memory not measured" : "p_memory " + fmt(a.p_memory, 2);
+    $("v-summary").textContent = a.summary || "";
+    renderAnswer(a);
+    const ev = a.evidence || {};
+    const frac = ev.context_token_fraction;
+    $("v-evidence").textContent = "Evidence: RePCS Z " + num(ev.repcs_z) + " (tau " + num(ev.tau) + "), closed-book log-prob " +
+      num(ev.closed_book_logprob) + " per token, context-supported words " + (frac === null || frac === undefined ? "none attributed" : (100 * frac).toFixed(0) + " %") +
+      (ev.signals_used && ev.signals_used.length ? "; combined: " + ev.signals_used.join(", ") : "");
+    const g = a.guarantee || {};
+    $("v-guarantee").textContent = "Guarantee (" + (a.rule || "") + " rule, alpha " + fmt(g.alpha, 2) + (g.certified ? ", certified" : ", NOT certified") + "): " + (g.statement || "");
     const rp = $("v-repcs");
     rp.textContent = "RePCS " + (a.repcs.memorized ? "memorized" : "context used") + " (Z " + num(a.repcs.kl) + " vs tau " + num(a.repcs.tau) + ")";
-    rp.className = "verdict " + (a.repcs.memorized ? "bad" : "good");
+    rp.className = "verdict";
+    const an = $("v-anomaly");
+    an.textContent = "CRM anomaly rule: " + (a.anomaly_flag ? "flagged" : "not flagged") + " (score " + fmt(a.anomaly_score, 2) + ")";
+    an.className = "verdict";
     const cr = $("v-crm");
     cr.hidden = a.crm_probability === null || a.crm_probability === undefined;
-    cr.textContent = "P(memory) " + fmt(a.crm_probability, 2);
+    cr.textContent = "CRM classifier " + fmt(a.crm_probability, 2);
     cr.className = "verdict";
-    $("r-gen").textContent = a.generation ? "Answer: " + a.generation : "";
     $("r-meta").textContent = "id " + a.id + " · seq " + a.seq + " · " + fmt(a.latency_ms, 0) + " ms";
     drawAll();
   }
+
+  // audit detail: a history row (or #/audit/<id>) opens that audit in the same view
+  async function openAudit(id) {
+    try {
+      const a = await api("/v1/audits/" + encodeURIComponent(id));
+      showResult(a);
+      $("result").scrollIntoView({ block: "nearest" });
+    } catch (e) {
+      $("error").textContent = e.message; $("error").hidden = false;
+    }
+  }
+  $("hist").addEventListener("click", (ev) => {
+    const tr = ev.target.closest("tr[data-id]");
+    if (tr) { location.hash = "#/audit/" + tr.dataset.id; }
+  });
+  window.addEventListener("hashchange", () => {
+    const m = location.hash.match(/^#\/audit\/(.+)$/);
+    if (m && key) openAudit(decodeURIComponent(m[1]));
+  });
 
   $("keyform").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -183,5 +235,6 @@
   $("apikey").value = key;
   drawAll();
   refreshStatus(); refreshHistory();
+  { const m = location.hash.match(/^#\/audit\/(.+)$/); if (m && key) openAudit(decodeURIComponent(m[1])); }
   setInterval(() => { refreshStatus(); refreshHistory(); }, 5000);
 })();
