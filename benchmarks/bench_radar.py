@@ -426,8 +426,8 @@ def _loss_auc(lm: Any, texts: list[str], y: Any, seed: int, n_resamples: int) ->
     """Reference membership signal: AUC of -mean NLL of each text (the loss attack)."""
     import numpy as np
 
-    from mnemoscope.bench.radar_eval import contamination_auc
     from mnemoscope.features.tokens import TokenStats
+    from mnemoscope.pipelines.radar import contamination_auc
     from mnemoscope.trace import Capture, Tracer
 
     tracer = Tracer(lm, batch_size=8)
@@ -440,9 +440,9 @@ def _cv_block(rows: list[Any], feature_set: str, seed: int, n_resamples: int) ->
     """CV accuracy (and OOF AUC) of RADAR and of the baselines on the same folds."""
     import numpy as np
 
-    from mnemoscope.bench.radar_eval import cv_accuracy, feature_matrix
     from mnemoscope.detectors.radar import RadarEnsemble
     from mnemoscope.features.radar import FEATURE_NAMES, SURFACE_FEATURES
+    from mnemoscope.pipelines.radar import cv_accuracy, feature_matrix
 
     X, y = feature_matrix(rows, feature_set)  # type: ignore[arg-type]
     idx = [FEATURE_NAMES.index(n) for n in SURFACE_FEATURES]
@@ -456,7 +456,7 @@ def _cv_block(rows: list[Any], feature_set: str, seed: int, n_resamples: int) ->
         # one feature: a threshold learned on the training folds (logistic regression on it)
         from sklearn.base import clone
 
-        from mnemoscope.bench.radar_eval import _folds
+        from mnemoscope.pipelines.radar import _folds
         from mnemoscope.stats import auc_ci, bootstrap_ci
 
         pred = np.zeros(y.size, dtype=int)
@@ -500,7 +500,10 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     from mnemoscope.bench.corpus import load_arithmetic
     from mnemoscope.bench.inject import read_training_record
-    from mnemoscope.bench.radar_eval import (
+    from mnemoscope.detectors.radar import RadarEnsemble
+    from mnemoscope.features.radar import FEATURE_NAMES
+    from mnemoscope.models import load_model
+    from mnemoscope.pipelines.radar import (
         FeatureRow,
         RadarPrompt,
         contamination_auc,
@@ -512,9 +515,6 @@ def run(args: argparse.Namespace) -> None:
         read_prompts,
         shipped_path,
     )
-    from mnemoscope.detectors.radar import RadarEnsemble
-    from mnemoscope.features.radar import FEATURE_NAMES
-    from mnemoscope.models import load_model
     from mnemoscope.trace.interventions import RadarCaptureConfig
 
     out = Path(args.out)

@@ -32,15 +32,15 @@ import numpy as np
 import torch
 
 from mnemoscope.bench.corpus import load_arithmetic
-from mnemoscope.bench.scar_audit import (
+from mnemoscope.detectors.scar import ScarData, ScarDetector, ScarResult
+from mnemoscope.models import load_model
+from mnemoscope.pipelines.scar import (
     AuditConfig,
     BatteryRecord,
     default_battery_path,
     extract_signals,
     read_battery,
 )
-from mnemoscope.detectors.scar import ScarData, ScarDetector, ScarResult
-from mnemoscope.models import load_model
 from mnemoscope.report.scar_card import write_card
 from mnemoscope.stats import roc_auc
 

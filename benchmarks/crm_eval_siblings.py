@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnemoscope.bench.crm_causal import causal_analyses, default_blocks, vocab_back_projection
-from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate, template_control
-from mnemoscope.bench.crm_extract import load_folder
-from mnemoscope.bench.crm_run import write_report
 from mnemoscope.features.embedding import load_embedder
 from mnemoscope.models import load_model
+from mnemoscope.pipelines.crm.causal import causal_analyses, default_blocks, vocab_back_projection
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, template_control
+from mnemoscope.pipelines.crm.extract import load_folder
+from mnemoscope.pipelines.crm.run import write_report
 
 
 def main() -> None:

@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from mnemoscope.bench.crm_extract import CRMExtractConfig, extract
 from mnemoscope.bench.suites import membership_documents
 from mnemoscope.data.records import DEFAULT_QUERY_CHARS, Record
 from mnemoscope.models import load_model
+from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ from dataclasses import replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from mnemoscope.bench.crm_eval import CRMEvalConfig, _lts_kw, permutation_control, run_method
-from mnemoscope.bench.crm_extract import load_folder
 from mnemoscope.detectors.crm import crm_pipeline
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, _lts_kw, permutation_control, run_method
+from mnemoscope.pipelines.crm.extract import load_folder
 
 
 def main() -> None:

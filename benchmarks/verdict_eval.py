@@ -40,15 +40,15 @@ def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
-    from mnemoscope.bench.crm_eval import CRMEvalConfig
-    from mnemoscope.bench.crm_extract import CRMFolder
-    from mnemoscope.bench.crm_run import fit_crm
     from mnemoscope.detectors.repcs import RePCS
     from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
     from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
     from mnemoscope.features.crm import crm_data_from_pairs
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.audit import answer_pieces, trace_signals
+    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
+    from mnemoscope.pipelines.crm.extract import CRMFolder
+    from mnemoscope.pipelines.crm.run import fit_crm
     from mnemoscope.pipelines.profile import CalibrationConfig, oof_crm_probability
     from mnemoscope.trace import load_traces
 

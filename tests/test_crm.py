@@ -10,7 +10,6 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from mnemoscope.bench.crm_eval import CRMEvalConfig, crm_methods, evaluate, run_method
 from mnemoscope.detectors.crm import (
     ConcatPCA,
     CRMFeaturizer,
@@ -32,6 +31,7 @@ from mnemoscope.features.crm import (
     embedding_distance,
     kl_aggregates,
 )
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, crm_methods, evaluate, run_method
 from mnemoscope.stats import cross_val_scores
 
 # --------------------------------------------------------------------------- synthetic data
@@ -270,8 +270,8 @@ def test_artifact_tamper_detected(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_crm(tmp_path_factory):
     from helpers import tiny_lm
-    from mnemoscope.bench.crm_extract import CRMExtractConfig, extract, load_folder
     from mnemoscope.data.records import Record
+    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
 
     # a private model: asking for attention weights makes transformers install permanent
     # output-recording hooks, which must not leak into the shared `lm` fixture
@@ -308,8 +308,8 @@ def test_extract_folder(tiny_crm):
 
 
 def test_extract_resumes_and_rejects_other_settings(tiny_crm):
-    from mnemoscope.bench.crm_extract import CRMExtractConfig, extract
     from mnemoscope.errors import TraceStoreError
+    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract
 
     lm, recs, out, _, _ = tiny_crm
     again = extract(
@@ -323,7 +323,7 @@ def test_extract_resumes_and_rejects_other_settings(tiny_crm):
 
 
 def test_attention_context_span(lm):
-    from mnemoscope.bench.crm_extract import _context_span
+    from mnemoscope.pipelines.crm.extract import _context_span
     from mnemoscope.trace.tracer import Tracer
 
     tr = Tracer(lm)
@@ -363,7 +363,7 @@ def test_noise_and_patch_hooks(lm):
 
 
 def test_causal_analyses_tiny(tiny_crm):
-    from mnemoscope.bench.crm_causal import causal_analyses, vocab_back_projection
+    from mnemoscope.pipelines.crm.causal import causal_analyses, vocab_back_projection
 
     lm, _, _, _, folder = tiny_crm
     c = CRMEvalConfig(n_splits=3, n_resamples=50)

@@ -10,9 +10,9 @@ pytestmark = pytest.mark.real_model
 
 @pytest.fixture(scope="module")
 def real_folder(real_lm, tmp_path_factory):
-    from mnemoscope.bench.crm_extract import CRMExtractConfig, extract, load_folder
     from mnemoscope.bench.suites import membership_documents
     from mnemoscope.data.records import Record
+    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
 
     docs = membership_documents()[:6]
     recs = [Record(d.id, d.text, d.text[:100], d.label, query_defaulted=True) for d in docs]

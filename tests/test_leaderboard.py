@@ -8,9 +8,9 @@ import pytest
 
 from mnemoscope.bench.datasets import Document
 from mnemoscope.bench.inject import InjectConfig, inject
-from mnemoscope.bench.leaderboard import LeaderboardConfig, run_leaderboard
 from mnemoscope.errors import InputError
 from mnemoscope.models import load_model
+from mnemoscope.pipelines.leaderboard import LeaderboardConfig, run_leaderboard
 
 DOCS = [
     Document(

@@ -13,7 +13,6 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from helpers import tiny_lm
-from mnemoscope.bench import radar_eval as rev
 from mnemoscope.detectors.radar import (
     SCORE_DEFINITIONS,
     ModelMismatchError,
@@ -39,6 +38,7 @@ from mnemoscope.features.radar import (
     surface_features,
     working_memory_features,
 )
+from mnemoscope.pipelines import radar as rev
 from mnemoscope.trace.hooks import registered_hooks
 from mnemoscope.trace.interventions import (
     AttentionUnavailableError,
@@ -593,7 +593,7 @@ def test_radar_method_features_from_pairs():
     cv = cross_val_scores(built.make_estimator(), built.features(many), labels, n_splits=2, n_resamples=20)
     assert cv.oof_scores.shape == (20,) and np.isfinite(cv.oof_scores).all()
     # and it is registered in the leaderboard's own method registry
-    from mnemoscope.bench.leaderboard import METHODS
+    from mnemoscope.pipelines.leaderboard import METHODS
 
     assert "radar" in METHODS.names() and isinstance(METHODS.build("radar"), RadarMethod)
 

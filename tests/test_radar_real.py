@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from mnemoscope.bench import radar_eval as rev
 from mnemoscope.detectors.radar import (
     ModelMismatchError,
     RadarArtifact,
@@ -16,6 +15,7 @@ from mnemoscope.detectors.radar import (
     save_radar,
 )
 from mnemoscope.features.radar import FEATURE_NAMES, RadarFeatureConfig, radar_features
+from mnemoscope.pipelines import radar as rev
 from mnemoscope.trace.interventions import RadarCaptureConfig, capture_radar
 
 pytestmark = pytest.mark.real_model

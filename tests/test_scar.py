@@ -303,7 +303,7 @@ def _battery(path, n=40, targets=True):
 
 def test_audit_pipeline_card_and_resume(tmp_path):
     from helpers import tiny_lm
-    from mnemoscope.bench.scar_audit import AuditConfig, extract_signals, read_battery, run_audit
+    from mnemoscope.pipelines.scar import AuditConfig, extract_signals, read_battery, run_audit
 
     battery = _battery(tmp_path / "b.jsonl")
     lm = tiny_lm("llama", layers=4)
@@ -362,7 +362,7 @@ def test_audit_pipeline_card_and_resume(tmp_path):
 
 
 def test_prompts_without_targets_error_when_drift_requested(lm, tmp_path):
-    from mnemoscope.bench.scar_audit import AuditConfig, read_battery, run_audit
+    from mnemoscope.pipelines.scar import AuditConfig, read_battery, run_audit
 
     battery = _battery(tmp_path / "b.jsonl", targets=False)
     with pytest.raises(InputError, match="target"):
@@ -377,7 +377,7 @@ def test_prompts_without_targets_error_when_drift_requested(lm, tmp_path):
 
 def test_different_architectures_raise(lm, tmp_path):
     from helpers import tiny_lm
-    from mnemoscope.bench.scar_audit import AuditConfig, run_audit
+    from mnemoscope.pipelines.scar import AuditConfig, run_audit
 
     battery = _battery(tmp_path / "b.jsonl")
     other = tiny_lm("llama", layers=5)
@@ -405,7 +405,7 @@ def test_different_architectures_raise(lm, tmp_path):
 
 
 def test_shipped_battery_is_valid():
-    from mnemoscope.bench.scar_audit import default_battery_path, read_battery
+    from mnemoscope.pipelines.scar import default_battery_path, read_battery
 
     recs = read_battery(default_battery_path())
     assert len(recs) >= 120

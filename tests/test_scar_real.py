@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mnemoscope.bench.scar_audit import AuditConfig, default_battery_path, extract_signals, read_battery
 from mnemoscope.detectors.scar import ScarDetector
+from mnemoscope.pipelines.scar import AuditConfig, default_battery_path, extract_signals, read_battery
 from mnemoscope.trace.gradients import encode_pair, gradient_batch
 
 pytestmark = pytest.mark.real_model

@@ -39,6 +39,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mnemoscope.bench.tables import load_tables
+
+_T = load_tables("corpus_tables.json")
+
 __all__ = [
     "ARITHMETIC_FILE",
     "ARITHMETIC_KINDS",
@@ -251,16 +255,13 @@ def estimate_tokens(text: str) -> int:
 # Invented names
 # ---------------------------------------------------------------------------------------
 
-_ONSETS = (
-    "b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kl", "l", "m", "n", "p", "pr",
-    "r", "s", "sk", "st", "t", "th", "tr", "v", "w", "z", "ch", "j", "q", "y", "sv",
-)  # fmt: skip
-_NUCLEI = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ou", "ia", "y", "oa")
-_CODAS = ("", "", "", "", "n", "r", "l", "s", "m", "th", "nd", "rn", "sk", "v", "x", "lt", "sh")
-_FIRST_ENDINGS = ("a", "o", "el", "in", "ius", "ette", "an", "ia", "or", "en", "is", "ard")
-_GENUS_ENDINGS = ("ia", "us", "ella", "odon", "ium", "ops", "ara", "ina")
-_EPITHET_ENDINGS = ("ensis", "ii", "ana", "oides", "ica", "ata")
-_BLOCKED = ("sex", "kill", "dead", "nazi", "shit", "fuk", "rape", "cum")
+_ONSETS = _T["onsets"]
+_NUCLEI = _T["nuclei"]
+_CODAS = _T["codas"]
+_FIRST_ENDINGS = _T["first_endings"]
+_GENUS_ENDINGS = _T["genus_endings"]
+_EPITHET_ENDINGS = _T["epithet_endings"]
+_BLOCKED = _T["blocked"]
 
 
 class _Names:
@@ -316,159 +317,58 @@ MONTHS = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
 )  # fmt: skip
-_DIRECTIONS = ("north", "south", "east", "west", "north-east", "south-west")
-_OCCUPATIONS = (
-    "miller", "stonemason", "wool merchant", "ferryman", "blacksmith", "tanner", "salt trader",
-    "carpenter", "shepherd", "brewer", "clockmaker", "glassblower", "potter", "rope maker",
-)  # fmt: skip
-_INDUSTRIES = (
-    "salt panning", "wool weaving", "clockmaking", "barley farming", "boat building",
-    "glassblowing", "tin mining", "cheese making", "paper milling", "rope making",
-    "slate quarrying", "linen bleaching", "candle making", "bell founding",
-)  # fmt: skip
-_GOODS = (
-    "salt", "wool", "clocks", "barley", "timber", "glassware", "tin", "cheese", "paper",
-    "rope", "slate", "linen", "candles", "honey", "dried fish", "leather",
-)  # fmt: skip
-_LANDMARKS = (
-    "a leaning bell tower", "a covered market hall", "a seven-arched stone bridge",
-    "a round granary", "a painted town gate", "a walled herb garden", "a clock tower",
-    "a stepped fountain", "a timber guildhall", "a hilltop watchtower",
-)  # fmt: skip
-_BUILDINGS = ("mill", "chapel", "inn", "granary", "watermill", "tannery", "forge", "warehouse", "brewery")
-_ANIMALS_HERALDIC = (
-    "a heron",
-    "a black ox",
-    "a silver fox",
-    "a crowned hare",
-    "a red stag",
-    "a swan",
-    "an owl",
-)
-_OBJECTS_HERALDIC = (
-    "a key",
-    "a hammer",
-    "a sheaf of barley",
-    "a bell",
-    "an anchor",
-    "a lantern",
-    "a spindle",
-)
-_FAIR_GOODS = (
-    "cattle and horses", "spun wool", "painted pottery", "honey and wax", "smoked fish",
-    "woven baskets", "apple cider", "hand tools", "embroidered cloth",
-)  # fmt: skip
-_FISH = ("pike", "grayling", "eels", "trout", "perch", "bream", "salmon")
-_BIRDS = ("herons", "kingfishers", "storks", "cormorants", "sandpipers", "puffins", "terns", "gannets")
-_CARGO = ("grain", "timber", "salt", "coal", "wine casks", "building stone", "wool bales")
-_COLOURS = ("amber", "pale green", "milky white", "reddish", "slate grey", "deep blue", "golden")
-_MINERALS = ("iron ore", "chalk", "copper", "peat", "red clay", "limestone")
-_ISLAND_TRADES = (
-    "catching lobsters",
-    "gathering seaweed",
-    "raising sheep",
-    "drying cod",
-    "collecting seabird eggs",
-)
-_SEA_WORDS = ("Grey", "Northern", "Amber", "Quiet", "Outer", "Western", "Salt")
-_FIELDS = (
-    "linguistics", "astronomy", "botany", "mathematics", "history", "geology",
-    "medicine", "philosophy", "music theory", "cartography", "chemistry", "law",
-)  # fmt: skip
-_TOPICS = ("Dialects", "Tides", "Mosses", "Numbers", "Chronicles", "Stones", "Fevers", "Winds", "Harmonies")
-_ARTS = (
-    ("painter", "paintings", "painting"),
-    ("sculptor", "sculptures", "sculpture"),
-    ("engraver", "engravings", "engraving"),
-    ("composer", "songs", "symphony"),
-    ("poet", "poems", "poem cycle"),
-    ("weaver", "tapestries", "tapestry"),
-)
-_TITLE_NOUNS = (
-    "Harbour", "Orchard", "Lantern", "Winter", "Bridge", "Mirror", "Ferry", "Shepherd",
-    "Garden", "Lighthouse", "Market", "Tide", "Swan", "Violin",
-)  # fmt: skip
-_TITLE_ADJS = ("Evening", "Silent", "Blue", "Last", "Northern", "Broken", "Golden", "Quiet", "Flooded")
-_FEATURES = ("colour", "light", "rhythm", "line", "shadow", "texture")
-_KIN = ("daughter", "son", "niece", "nephew", "widow", "grandson", "granddaughter")
-_PARENT_JOBS = ("schoolteacher", "fisherman", "weaver", "baker", "lighthouse keeper", "bookbinder", "farmer")
-_PRODUCTS = (
-    ("pocket watches", "pocket watch"),
-    ("bicycles", "bicycle"),
-    ("oil lamps", "oil lamp"),
-    ("ceramic tiles", "tile"),
-    ("fishing nets", "net"),
-    ("brass compasses", "compass"),
-    ("upright pianos", "piano"),
-    ("wool blankets", "blanket"),
-    ("copper kettles", "kettle"),
-    ("glass bottles", "bottle"),
-    ("typewriters", "typewriter"),
-    ("sewing machines", "sewing machine"),
-    ("leather boots", "boot"),
-    ("barometers", "barometer"),
-)
-_TRADE_GOODS = (
-    "tea and spices",
-    "grain",
-    "timber",
-    "dried fruit",
-    "wool and hides",
-    "coffee",
-    "salt fish",
-    "dyes",
-)
-_VEHICLES = ("ferries", "steam coaches", "river barges", "mail coaches", "cargo ships", "buses", "trams")
-_EMBLEMS = ("a golden bee", "a blue anchor", "a leaping hare", "a black key", "a red star", "a white owl")
-_SOILS = ("sandy", "chalky", "peaty", "stony", "wet clay")
-_LEAVES = ("narrow", "heart-shaped", "oval", "feathery", "rounded", "lance-shaped")
-_EDGES = ("toothed", "smooth", "wavy", "hairy")
-_POLLINATORS = ("bumblebees", "night moths", "hoverflies", "small beetles", "sunbirds")
-_DISPERSERS = ("the wind", "ants", "birds", "running water", "grazing goats")
-_AILMENTS = ("coughs", "headaches", "sore throats", "fevers", "stomach pains")
-_STATUSES = ("endangered", "vulnerable", "near threatened", "critically endangered")
-_ANIMAL_CLASSES = (
-    "songbird",
-    "freshwater fish",
-    "tree frog",
-    "beetle",
-    "bat",
-    "lizard",
-    "moth",
-    "shrew",
-    "newt",
-)
-_ANIMAL_NOUNS = ("warbler", "minnow", "frog", "beetle", "bat", "skink", "moth", "shrew", "newt")
-_FOODS = ("insects", "snails", "seeds", "small worms", "nectar", "algae", "spiders", "fallen fruit")
-_TIMES = ("dusk", "dawn", "night", "midday")
-_PREDATORS = ("owls", "snakes", "weasels", "herons", "hawks", "larger fish")
-_OMENS = ("rain within a week", "a good harvest", "news from a traveller", "a long winter")
-_HABITATS = (
-    "wet meadows",
-    "pine forests",
-    "limestone gorges",
-    "coastal dunes",
-    "upland bogs",
-    "river gravels",
-)
-_FUNGUS_TYPES = ("bracket", "gilled", "cup", "coral", "puffball", "jelly")
-_SUBSTRATES = ("fallen birch logs", "old oak stumps", "mossy ground", "pine needles", "buried roots")
-_TEXTURES = ("sticky", "velvety", "scaly", "smooth", "wrinkled")
-_EDIBILITY = ("edible when cooked", "mildly poisonous", "too bitter to eat", "highly poisonous")
-_TREES = ("beech", "spruce", "alder", "birch", "oak", "larch")
-_FUNGUS_USES = ("a red dye for wool", "tinder for lighting fires", "a remedy for sores", "bait for eels")
-_FESTIVAL_ORIGINS = (
-    "gave thanks for a good harvest",
-    "returned safely from a long voyage",
-    "ended a bitter feud between two families",
-    "rebuilt the bridge after a flood",
-)  # fmt: skip
-_FESTIVAL_FOODS = (
-    "honey bread", "smoked eel", "barley soup", "plum dumplings", "roast chestnuts",
-    "salted herring", "sweet cheese pies", "spiced cider",
-)  # fmt: skip
-_CANCEL_REASONS = ("an outbreak of fever", "a severe flood", "a dispute over the route", "a heavy snowfall")
-_REALMS = ("the kingdom of", "the republic of", "the duchy of", "the city league of", "the principality of")
+_DIRECTIONS = _T["directions"]
+_OCCUPATIONS = _T["occupations"]
+_INDUSTRIES = _T["industries"]
+_GOODS = _T["goods"]
+_LANDMARKS = _T["landmarks"]
+_BUILDINGS = _T["buildings"]
+_ANIMALS_HERALDIC = _T["animals_heraldic"]
+_OBJECTS_HERALDIC = _T["objects_heraldic"]
+_FAIR_GOODS = _T["fair_goods"]
+_FISH = _T["fish"]
+_BIRDS = _T["birds"]
+_CARGO = _T["cargo"]
+_COLOURS = _T["colours"]
+_MINERALS = _T["minerals"]
+_ISLAND_TRADES = _T["island_trades"]
+_SEA_WORDS = _T["sea_words"]
+_FIELDS = _T["fields"]
+_TOPICS = _T["topics"]
+_ARTS = _T["arts"]
+_TITLE_NOUNS = _T["title_nouns"]
+_TITLE_ADJS = _T["title_adjs"]
+_FEATURES = _T["features"]
+_KIN = _T["kin"]
+_PARENT_JOBS = _T["parent_jobs"]
+_PRODUCTS = _T["products"]
+_TRADE_GOODS = _T["trade_goods"]
+_VEHICLES = _T["vehicles"]
+_EMBLEMS = _T["emblems"]
+_SOILS = _T["soils"]
+_LEAVES = _T["leaves"]
+_EDGES = _T["edges"]
+_POLLINATORS = _T["pollinators"]
+_DISPERSERS = _T["dispersers"]
+_AILMENTS = _T["ailments"]
+_STATUSES = _T["statuses"]
+_ANIMAL_CLASSES = _T["animal_classes"]
+_ANIMAL_NOUNS = _T["animal_nouns"]
+_FOODS = _T["foods"]
+_TIMES = _T["times"]
+_PREDATORS = _T["predators"]
+_OMENS = _T["omens"]
+_HABITATS = _T["habitats"]
+_FUNGUS_TYPES = _T["fungus_types"]
+_SUBSTRATES = _T["substrates"]
+_TEXTURES = _T["textures"]
+_EDIBILITY = _T["edibility"]
+_TREES = _T["trees"]
+_FUNGUS_USES = _T["fungus_uses"]
+_FESTIVAL_ORIGINS = _T["festival_origins"]
+_FESTIVAL_FOODS = _T["festival_foods"]
+_CANCEL_REASONS = _T["cancel_reasons"]
+_REALMS = _T["realms"]
 
 
 def _pick(rng: random.Random, seq: Sequence[str], k: int) -> list[str]:
@@ -912,43 +812,13 @@ def generate_membership(seed: int = 0) -> list[dict[str, Any]]:
 # Arithmetic word problems
 # ---------------------------------------------------------------------------------------
 
-_PEOPLE = (
-    ("Maya", "she"), ("Tomas", "he"), ("Aisha", "she"), ("Leo", "he"), ("Priya", "she"),
-    ("Jonah", "he"), ("Keiko", "she"), ("Samuel", "he"), ("Lucia", "she"), ("Omar", "he"),
-    ("Hana", "she"), ("Felix", "he"), ("Greta", "she"), ("Diego", "he"), ("Nadia", "she"),
-    ("Ravi", "he"), ("Ingrid", "she"), ("Kofi", "he"), ("Elena", "she"), ("Bruno", "he"),
-    ("Zara", "she"), ("Mateo", "he"), ("Yuki", "she"), ("Arjun", "he"), ("Clara", "she"),
-    ("Hugo", "he"), ("Amara", "she"), ("Nils", "he"), ("Sofia", "she"), ("Idris", "he"),
-)  # fmt: skip
-_ITEMS = (
-    ("notebook", "notebooks"), ("pencil", "pencils"), ("apple", "apples"), ("mug", "mugs"),
-    ("candle", "candles"), ("sticker", "stickers"), ("ticket", "tickets"), ("plant pot", "plant pots"),
-    ("ball of yarn", "balls of yarn"), ("loaf of bread", "loaves of bread"), ("pair of socks", "pairs of socks"),
-    ("comic book", "comic books"), ("paintbrush", "paintbrushes"), ("jar of jam", "jars of jam"),
-)  # fmt: skip
-_THINGS = ("marbles", "stickers", "seashells", "stamps", "buttons", "beads", "postcards", "acorns", "coins")
-_BAKED = ("cookies", "muffins", "rolls", "biscuits", "tarts", "buns")
-_PLACES_TO = (
-    "the library",
-    "the lake",
-    "her aunt's farm",
-    "the market",
-    "the beach",
-    "the museum",
-    "the park",
-)
-_SHOPS = (
-    "A shop",
-    "A local store",
-    "A market stall",
-    "An online shop",
-    "A corner shop",
-    "A small supermarket",
-)
-_PRICED = (
-    "bicycle", "winter coat", "desk lamp", "backpack", "pair of boots", "tent", "guitar",
-    "desk chair", "rug", "camera", "microwave", "suitcase",
-)  # fmt: skip
+_PEOPLE = _T["people"]
+_ITEMS = _T["items"]
+_THINGS = _T["things"]
+_BAKED = _T["baked"]
+_PLACES_TO = _T["places_to"]
+_SHOPS = _T["shops"]
+_PRICED = _T["priced"]
 
 
 def _person_pick(rng: random.Random) -> tuple[str, str, str, str]:
@@ -1254,305 +1124,45 @@ def generate_arithmetic(seed: int = 0, n: int = 400) -> list[dict[str, Any]]:
 # Filler prose
 # ---------------------------------------------------------------------------------------
 
-_TASKS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "repotting a houseplant",
-        (
-            "water the plant the evening before so the roots slide out easily",
-            "choose a pot only a little wider than the old one",
-            "put a layer of fresh compost in the bottom",
-            "loosen the outer roots gently with your fingers",
-            "fill the gaps with compost and press it down lightly",
-            "water it well and keep it out of strong sun for a few days",
-        ),
-    ),
-    (
-        "sharpening a kitchen knife",
-        (
-            "soak the whetstone in water for ten minutes",
-            "hold the blade at a shallow angle to the stone",
-            "draw the edge across the stone from heel to tip",
-            "repeat the same number of strokes on the other side",
-            "finish on the fine side of the stone with light pressure",
-            "rinse and dry the knife before putting it away",
-        ),
-    ),
-    (
-        "cleaning a bicycle chain",
-        (
-            "shift to the smallest rear gear to slacken the chain",
-            "wipe off the old grease with a dry rag",
-            "scrub the links with a brush dipped in warm soapy water",
-            "rinse with clean water and let it dry completely",
-            "put one drop of oil on each roller",
-            "wipe away the extra oil so dust does not stick to it",
-        ),
-    ),
-    (
-        "ironing a shirt",
-        (
-            "check the label and set the iron to the right heat",
-            "start with the collar, working from the points inwards",
-            "do the cuffs and then the sleeves",
-            "iron the back panel before the two fronts",
-            "hang the shirt up straight away while it is still warm",
-        ),
-    ),
-    (
-        "descaling a kettle",
-        (
-            "fill the kettle halfway with equal parts water and white vinegar",
-            "bring it to the boil and leave it to stand for an hour",
-            "pour the mixture away down the sink",
-            "rinse the inside several times with clean water",
-            "boil a full kettle of fresh water and throw it away to remove the smell",
-        ),
-    ),
-    (
-        "hanging a picture",
-        (
-            "decide on the height by holding the frame against the wall",
-            "mark the spot for the hook with a soft pencil",
-            "check with a spirit level that the mark is straight",
-            "tap the picture hook in at a slight downward angle",
-            "hang the frame and nudge it until it sits level",
-        ),
-    ),
-    (
-        "patching a bicycle tube",
-        (
-            "take the wheel off and lever one side of the tyre away from the rim",
-            "pump a little air into the tube and listen for the hiss",
-            "roughen the area around the hole with sandpaper",
-            "spread a thin layer of glue and wait until it turns dull",
-            "press the patch on firmly and hold it for a minute",
-            "check the inside of the tyre for the thorn before refitting it",
-        ),
-    ),
-    (
-        "folding a fitted sheet",
-        (
-            "turn the sheet inside out and tuck one corner into another",
-            "do the same with the two corners on the other side",
-            "lay the sheet flat on a table with the corners stacked",
-            "fold the curved edges in to make a rough rectangle",
-            "fold it in thirds and then in half",
-        ),
-    ),
-    (
-        "cleaning windows",
-        (
-            "pick a cloudy day so the glass does not dry too fast",
-            "wipe the frames first to remove dust and cobwebs",
-            "wash the glass with warm water and a little washing-up liquid",
-            "pull a squeegee across the pane in one smooth stroke",
-            "dry the edges with a lint-free cloth",
-        ),
-    ),
-    (
-        "sowing seeds indoors",
-        (
-            "fill a seed tray with fine, damp compost",
-            "scatter the seeds thinly over the surface",
-            "cover them with a light dusting of compost",
-            "put the tray on a bright windowsill away from draughts",
-            "keep the compost moist with a spray bottle",
-            "move the seedlings to small pots once they have two true leaves",
-        ),
-    ),
-)
-_HOWTO_OPENINGS = (
-    "A short note on {task}.",
-    "Notes to myself on {task}, written after getting it wrong last time.",
-    "Here is the simple way I have found for {task}.",
-    "My neighbour showed me a method for {task} that works well.",
-    "A reminder for {task}, kept in the kitchen drawer.",
-)
-_HOWTO_CLOSINGS = (
-    "The whole job takes about {n} minutes.",
-    "Do not rush it; patience matters more than tools.",
-    "It gets easier after the second or third time.",
-    "Keep an old towel nearby, because it can get messy.",
-    "Write down anything that went wrong, for next time.",
-)
-_CONNECTORS = ("First,", "Next,", "Then", "After that,", "Finally,")
+_TASKS: tuple[tuple[str, tuple[str, ...]], ...] = _T["tasks"]
+_HOWTO_OPENINGS = _T["howto_openings"]
+_HOWTO_CLOSINGS = _T["howto_closings"]
+_CONNECTORS = _T["connectors"]
 
-_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MORNINGS = (
-    "The morning started grey and still, with fog lying low over the fields",
-    "It was bright and cold at sunrise, and there was frost on the car roof",
-    "Light rain fell before breakfast and the gutters were running",
-    "The sky was clear and pale blue when I opened the curtains",
-    "A strong wind woke me early, rattling the back gate",
-    "The air felt damp and heavy, and the hills were hidden in cloud",
-)
-_MIDDAYS = (
-    "By noon the clouds had broken up and the sun came through",
-    "Around midday a short hail shower passed over",
-    "The afternoon stayed dry but never really warmed up",
-    "After lunch the wind dropped and it turned pleasantly mild",
-    "Heavy showers came and went all afternoon",
-    "It stayed overcast all day, with a thin drizzle now and then",
-)
-_EVENINGS = (
-    "In the evening the sky cleared and the first stars appeared",
-    "The evening was calm and the birds were loud in the hedges",
-    "Rain set in after dark and kept on through the night",
-    "By evening the temperature had dropped sharply",
-    "Sunset was orange and the wind picked up again",
-)
-_WEATHER_NOTES = (
-    "The rain gauge held {mm} millimetres by bedtime.",
-    "The thermometer by the door showed {t} degrees at its highest.",
-    "I hung the washing out and it was dry within {h} hours.",
-    "The pond had a thin layer of ice at the edges.",
-    "The forecast says tomorrow will be much the same.",
-    "I walked to the shop without a coat for the first time this year.",
-    "The barometer in the hall had fallen by {mm} points since yesterday.",
-    "Sunrise was at a quarter past {h}, a little earlier than last week.",
-    "The bus was {h} minutes late because of puddles on the ring road.",
-    "The cat spent most of the day asleep on the radiator.",
-    "There were {mm} swallows on the telephone wire this evening.",
-    "I had to scrape ice off the windscreen for {h} minutes.",
-)
+_WEEKDAYS = _T["weekdays"]
+_MORNINGS = _T["mornings"]
+_MIDDAYS = _T["middays"]
+_EVENINGS = _T["evenings"]
+_WEATHER_NOTES = _T["weather_notes"]
 
-_DISHES = (
-    ("lentil soup", ("onion", "carrots", "red lentils", "vegetable stock", "cumin")),
-    ("tomato pasta", ("garlic", "tinned tomatoes", "olive oil", "pasta", "basil")),
-    ("potato cakes", ("mashed potato", "flour", "an egg", "spring onions", "butter")),
-    ("porridge with apples", ("oats", "milk", "an apple", "cinnamon", "honey")),
-    ("vegetable rice", ("rice", "peas", "sweetcorn", "soy sauce", "an onion")),
-    ("banana bread", ("ripe bananas", "flour", "sugar", "butter", "baking powder")),
-    ("bean stew", ("white beans", "celery", "tomato paste", "paprika", "stock")),
-    ("herb omelettes", ("eggs", "chives", "parsley", "butter", "salt")),
-    ("roasted vegetables", ("peppers", "courgettes", "red onions", "olive oil", "thyme")),
-    ("pancakes", ("flour", "milk", "eggs", "a pinch of salt", "butter for the pan")),
-)
-_RECIPE_STEPS = (
-    "Wash the vegetables and pat them dry with a clean towel.",
-    "Chop everything into pieces of about the same size.",
-    "Heat the oven to {deg} degrees while you prepare the rest.",
-    "Warm a little oil in a heavy pan over a medium heat.",
-    "Soften the first ingredients gently for {m} minutes without letting them brown.",
-    "Add a splash of water if it starts to look dry.",
-    "Stir in the rest and turn the heat down low.",
-    "Cover with a lid and leave it to bubble quietly.",
-    "Stir now and then so nothing sticks to the bottom.",
-    "Cook for about {n} minutes, until it smells good and looks golden.",
-    "Taste it and add more salt or pepper if needed.",
-    "Leave it to rest for {m} minutes before serving.",
-    "Any leftovers keep in the fridge for {d} days.",
-    "A slice of toast or a green salad goes well on the side.",
-    "Wash up the pan while it is still warm; it is much easier.",
-    "It serves {s} people, or {s2} if everyone is very hungry.",
-)
-_RECIPE_OPENINGS = (
-    "A simple recipe for {dish}.",
-    "This is how I make {dish} on busy weekdays.",
-    "Recipe card: {dish}, the version my family likes best.",
-    "Easy {dish}, made from what is usually in the cupboard.",
-)
+_DISHES = _T["dishes"]
+_RECIPE_STEPS = _T["recipe_steps"]
+_RECIPE_OPENINGS = _T["recipe_openings"]
 
-_OBJECTS = (
-    ("teapot", "glazed clay", "a chipped spout"),
-    ("desk lamp", "painted metal", "a hinged arm"),
-    ("wooden chair", "oak", "a woven seat"),
-    ("alarm clock", "plastic", "two brass bells on top"),
-    ("umbrella", "nylon and steel", "a curved wooden handle"),
-    ("backpack", "canvas", "a broken zip on the front pocket"),
-    ("bread bin", "enamelled tin", "a roll-top lid"),
-    ("pair of scissors", "steel", "orange handles"),
-    ("kitchen scale", "glass and steel", "a small digital display"),
-    ("sewing box", "wicker", "a tray that lifts out"),
-    ("radio", "wood and plastic", "a large tuning dial"),
-    ("watering can", "galvanised metal", "a long spout with a rose"),
-)
-_OBJECT_LINES = (
-    "It is about {cm} centimetres tall and heavier than it looks.",
-    "It was a present from a friend about {y} years ago.",
-    "I bought it at a street market for {p} pounds, after some haggling.",
-    "There is a small scratch on one side from when it fell off the table.",
-    "My grandmother used one just like it for {y} years.",
-    "The label underneath is too faded to read.",
-    "It came in a cardboard box that I kept for far too long.",
-    "On sunny mornings it throws a little shadow across the floor.",
-    "The colour has faded a little where the sun reaches it every afternoon.",
-    "It sits on the shelf next to the window, beside a stack of old magazines.",
-    "It still works perfectly, although it makes a small creaking sound.",
-    "I have cleaned it so often that the pattern has almost worn away.",
-    "Everyone who visits seems to notice it and ask where it came from.",
-    "I once tried to replace it, but the new one never felt quite right.",
-)
+_OBJECTS = _T["objects"]
+_OBJECT_LINES = _T["object_lines"]
 _OBJECT_OPENINGS = (
     "The {obj} in our kitchen is made of {mat} and has {feat}.",
     "A description of an ordinary thing: my {obj}, made of {mat}, with {feat}.",
     "There is a {obj} in the hallway, made of {mat}, with {feat}.",
 )
 
-_VEG = (
-    "broad beans", "carrots", "lettuces", "radishes", "onions", "beetroots", "peas", "leeks",
-    "runner beans", "parsnips",
-)  # fmt: skip
-_GARDEN_LINES = (
-    "Sowed {n} short rows of {veg} along the fence.",
-    "Thinned the {veg} to one plant every {m} centimetres.",
-    "A robin followed me along the bed, waiting for worms.",
-    "Moved the {veg} to the sunnier bed by the shed.",
-    "Emptied {n} cans of water onto the beans before lunch.",
-    "Found {n} snails under the upturned flower pots.",
-    "The compost heap is warm again after a week of turning.",
-    "Tied the tomato plants to their canes with soft twine.",
-    "Pulled weeds from the path for about {m} minutes.",
-    "The {veg} are up at last, small but strong.",
-    "Slugs have eaten some of the {veg} leaves again.",
-    "Spread a barrow of compost over the empty bed.",
-    "Cut back the old raspberry canes and tied in the new ones.",
-    "Watered everything in the evening because the soil was dry.",
-    "Picked the first {veg} of the season, enough for {n} meals.",
-    "Mended the netting over the fruit bushes with garden string.",
-)
+_VEG = _T["veg"]
+_GARDEN_LINES = _T["garden_lines"]
 _GARDEN_OPENINGS = (
     "Garden diary, {day} {month}.",
     "Allotment notes for {month}, week {w}.",
     "Notes from the back garden on a {weekday} in {month}.",
 )
 
-_WALK_PLACES = (
-    "the canal path",
-    "the park",
-    "the old railway line",
-    "the river bank",
-    "the edge of town",
-    "the woodland path",
-)
-_WALK_SIGHTS = (
-    "A heron stood quite still in the shallows, watching the water.",
-    "Somebody was practising the trumpet with the window open.",
-    "The school field had been mown and smelled of cut grass.",
-    "An old couple were sharing a flask of tea on a bench.",
-    "The river was higher than usual after last week's rain.",
-    "A delivery van was stuck behind a slow tractor.",
-    "A man was painting a boat and waved as I passed.",
-    "Two dogs were chasing each other round the bandstand.",
-    "The bakery on the corner had a queue out of the door.",
-    "Someone had left a pile of free books on a garden wall.",
-    "The blackberries were nearly ripe along the hedge.",
-    "Workers were fixing a broken street lamp.",
-    "Children were feeding ducks with crusts of bread.",
-    "The coffee shop had put its chairs outside for the first time.",
-    "A cyclist stopped to ask me the way to the station.",
-)
+_WALK_PLACES = _T["walk_places"]
+_WALK_SIGHTS = _T["walk_sights"]
 _WALK_OPENINGS = (
     "Took a walk along {place} after lunch, about {km} kilometres in all.",
     "An evening walk along {place}, slow and quiet.",
     "Walked along {place} on {weekday} morning before work.",
 )
-_WALK_CLOSINGS = (
-    "I was home in time for tea.",
-    "My legs were tired but it was worth it.",
-    "I will go the other way round next time.",
-    "It took {m} minutes, longer than I expected.",
-)
+_WALK_CLOSINGS = _T["walk_closings"]
 
 
 def _fill_howto(rng: random.Random) -> list[str]:

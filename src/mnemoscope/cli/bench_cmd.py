@@ -222,9 +222,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.leaderboard import DEFAULT_METHODS, LeaderboardConfig, run_leaderboard
     from mnemoscope.errors import InputError
     from mnemoscope.models import load_model
+    from mnemoscope.pipelines.leaderboard import DEFAULT_METHODS, LeaderboardConfig, run_leaderboard
 
     methods = (
         tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods else DEFAULT_METHODS

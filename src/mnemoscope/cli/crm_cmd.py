@@ -86,7 +86,7 @@ def _eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def _eval_config(args: argparse.Namespace) -> Any:
-    from mnemoscope.bench.crm_eval import CRMEvalConfig
+    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
 
     return CRMEvalConfig(
         protocol=args.protocol,
@@ -103,9 +103,9 @@ def _eval_config(args: argparse.Namespace) -> Any:
 
 
 def _read(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from mnemoscope.bench.crm_extract import CRMExtractConfig, resolve_task
     from mnemoscope.data.records import read_records
     from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, resolve_task
 
     records, errors = read_records(args.input, default_query=True)
     for e in errors:
@@ -186,7 +186,7 @@ def register(sub: Any) -> None:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.crm_extract import extract
+    from mnemoscope.pipelines.crm.extract import extract
 
     records, errors, cfg = _read(args)
     lm = load_from_args(args)
@@ -201,8 +201,8 @@ def _extract(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.crm_extract import load_folder
-    from mnemoscope.bench.crm_run import fit_artifact
+    from mnemoscope.pipelines.crm.extract import load_folder
+    from mnemoscope.pipelines.crm.run import fit_artifact
 
     folder = load_folder(args.traces)
     levels = [s.strip() for s in args.levels.split(",")] if args.levels else None
@@ -227,7 +227,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.crm_run import run_eval
+    from mnemoscope.pipelines.crm.run import run_eval
 
     records, errors, cfg = _read(args)
     lm = load_from_args(args)
@@ -259,7 +259,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.crm_run import _save_fig, load_reports, write_report
+    from mnemoscope.pipelines.crm.run import _save_fig, load_reports, write_report
     from mnemoscope.report.crm import layer_auc_figure
 
     reports = load_reports(args.reports)

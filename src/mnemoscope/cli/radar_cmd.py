@@ -112,7 +112,7 @@ def _report_errors(errors: list[dict[str, Any]]) -> None:
 
 
 def _features(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.radar_eval import extract_features, read_prompts
+    from mnemoscope.pipelines.radar import extract_features, read_prompts
 
     capture, fcfg = _configs(args)
     prompts = read_prompts(args.input)
@@ -133,7 +133,8 @@ def _features(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.radar_eval import (
+    from mnemoscope.detectors.radar import RadarArtifact, RadarEnsemble, save_radar
+    from mnemoscope.pipelines.radar import (
         cv_accuracy,
         extract_features,
         feature_matrix,
@@ -141,7 +142,6 @@ def _train(args: argparse.Namespace) -> int:
         settings_dict,
         shipped_path,
     )
-    from mnemoscope.detectors.radar import RadarArtifact, RadarEnsemble, save_radar
 
     capture, fcfg = _configs(args)
     src = args.input or str(shipped_path("train"))
@@ -182,9 +182,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.radar_eval import extract_features, feature_matrix, read_prompts
     from mnemoscope.detectors.radar import load_radar
     from mnemoscope.features.radar import RadarFeatureConfig
+    from mnemoscope.pipelines.radar import extract_features, feature_matrix, read_prompts
     from mnemoscope.trace.interventions import RadarCaptureConfig
 
     prompts = read_prompts(args.input)
@@ -233,7 +233,8 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from mnemoscope.bench.radar_eval import (
+    from mnemoscope.detectors.radar import RadarArtifact, save_radar
+    from mnemoscope.pipelines.radar import (
         evaluate,
         extract_features,
         rds_rci_figure,
@@ -241,7 +242,6 @@ def _eval(args: argparse.Namespace) -> int:
         settings_dict,
         shipped_path,
     )
-    from mnemoscope.detectors.radar import RadarArtifact, save_radar
 
     capture, fcfg = _configs(args)
     out = Path(args.out)

@@ -60,9 +60,9 @@ def register(sub: Any) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
 
-    from mnemoscope.bench.scar_audit import AuditConfig, default_battery_path, run_audit
     from mnemoscope.errors import InputError
     from mnemoscope.models import load_model
+    from mnemoscope.pipelines.scar import AuditConfig, default_battery_path, run_audit
 
     if args.k != "auto":
         try:

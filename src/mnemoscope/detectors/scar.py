@@ -3,7 +3,7 @@
 Detection only: this module consumes per-prompt, per-layer hidden states (and gradients) of a
 suspect and of a clean anchor of the same family, evaluated on the **same** prompts in the
 same order (:class:`ScarData`), and returns a typed :class:`ScarResult`. Extraction lives in
-:mod:`mnemoscope.bench.scar_audit`.
+:mod:`mnemoscope.pipelines.scar`.
 
 Protocol (choices the paper leaves open are marked *choice*; see ``docs/scar.md``):
 

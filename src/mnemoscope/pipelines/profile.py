@@ -236,10 +236,10 @@ def calibrate_profile(
         InputError: too few usable records, a label vector that cannot fit what was asked
             (a classifier needs both labels), or no clean record to calibrate on.
     """
-    from mnemoscope.bench.crm_eval import CRMEvalConfig
-    from mnemoscope.bench.crm_extract import CRMExtractConfig, extract, load_folder
-    from mnemoscope.bench.crm_run import fit_crm
     from mnemoscope.detectors.repcs import RePCS
+    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
+    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
+    from mnemoscope.pipelines.crm.run import fit_crm
 
     c = config or CalibrationConfig()
     out = Path(out)
@@ -384,8 +384,8 @@ def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: 
     """
     from sklearn.model_selection import StratifiedKFold
 
-    from mnemoscope.bench.crm_eval import CRMEvalConfig
-    from mnemoscope.bench.crm_run import fit_crm
+    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
+    from mnemoscope.pipelines.crm.run import fit_crm
 
     data = folder.data
     y = np.asarray(data.labels)

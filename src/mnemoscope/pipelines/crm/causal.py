@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mnemoscope.bench.crm_eval import CRMEvalConfig, _lts_kw, run_method
 from mnemoscope.detectors.crm import crm_pipeline
 from mnemoscope.errors import InputError
 from mnemoscope.features.crm import CRMData
 from mnemoscope.models.loader import LoadedModel
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, _lts_kw, run_method
 from mnemoscope.trace.perturb import gaussian_noise, patch_last_token, perturbed_last_states
 from mnemoscope.trace.tracer import Tracer, batch_ranges
 from mnemoscope.trace.types import PairTrace

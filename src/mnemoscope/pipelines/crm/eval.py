@@ -1,7 +1,7 @@
 """CRM evaluation: every method, control and layer analysis of the paper, from one CRM folder.
 
 Everything here consumes :class:`~mnemoscope.features.crm.CRMData`; nothing runs the model
-(the causal analyses, which must, live in :mod:`mnemoscope.bench.crm_causal`).
+(the causal analyses, which must, live in :mod:`mnemoscope.pipelines.crm.causal`).
 
 Protocols (``CRMEvalConfig.protocol``):
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from mnemoscope.bench.crm_eval import CRMEvalConfig, evaluate, run_method
-from mnemoscope.bench.crm_extract import CRMExtractConfig, CRMFolder, extract, load_folder
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm import ClassifierKind, crm_pipeline
 from mnemoscope.detectors.crm_artifact import FittedCRM, from_pipeline, save_crm
 from mnemoscope.errors import InputError
 from mnemoscope.models.loader import LoadedModel
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, run_method
+from mnemoscope.pipelines.crm.extract import CRMExtractConfig, CRMFolder, extract, load_folder
 from mnemoscope.trace.store import _write_json_atomic
 
 __all__ = ["fit_artifact", "fit_crm", "run_eval", "write_report"]
@@ -90,7 +90,7 @@ def run_eval(
     title: str = "CRM evaluation",
 ) -> dict[str, Any]:
     """Extract (resumable), evaluate every method and analysis, write the report files."""
-    from mnemoscope.bench.crm_causal import causal_analyses, vocab_back_projection
+    from mnemoscope.pipelines.crm.causal import causal_analyses, vocab_back_projection
 
     ec = (extract_config or CRMExtractConfig()).resolved(lm)
     c = eval_config or CRMEvalConfig()

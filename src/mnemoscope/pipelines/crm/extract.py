@@ -8,7 +8,7 @@ A CRM folder (``mnemoscope crm extract --out DIR``) holds::
     DIR/extract.json  settings, model identity, counts
 
 Every stage is resumable (records already written are skipped) and writes per batch.
-Fitting and evaluation (:mod:`mnemoscope.bench.crm_eval`) read the folder and never need
+Fitting and evaluation (:mod:`mnemoscope.pipelines.crm.eval`) read the folder and never need
 the model, except the causal analyses, which re-run forwards under interventions.
 """
 
