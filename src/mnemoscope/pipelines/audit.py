@@ -32,7 +32,7 @@ import json
 import logging
 import math
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,9 +61,14 @@ __all__ = [
     "Rule",
     "Source",
     "answer_pieces",
+    "audit_batch",
+    "check_results_meta",
     "check_text",
     "decide_source",
+    "input_error_row",
+    "parse_audit_lines",
     "read_audit_inputs",
+    "read_done_ids",
     "run_audit_file",
     "trace_signals",
 ]
@@ -629,55 +634,61 @@ class Auditor:
 
 def read_audit_inputs(path: str | Path) -> Iterator[tuple[int, AuditRequest | InputError]]:
     """Yield ``(line number, request or the error naming record and field)`` for a JSONL file."""
-    seen: set[str] = set()
     with Path(path).open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield (
-                    lineno,
-                    InputError(f"line is not valid UTF-8 ({e.reason} at byte {e.start})", record=lineno),
-                )
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield lineno, InputError(f"invalid JSON ({e.msg})", record=lineno)
-                continue
-            if not isinstance(obj, dict):
-                yield lineno, InputError("a record must be a JSON object", record=lineno)
-                continue
-            rid = obj.get("id")
-            if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
-                yield (
-                    lineno,
-                    InputError("missing or invalid id (a string or an integer)", record=lineno, field="id"),
-                )
-                continue
-            rid = str(rid)
-            if rid in seen:
-                yield lineno, InputError("duplicate id", record=rid, field="id")
-                continue
-            seen.add(rid)
-            try:
-                context = check_text(obj.get("context", ""), "context", allow_empty=True, record=rid)
-                query = check_text(obj.get("query"), "query", allow_empty=False, record=rid)
-                answer = obj.get("answer")
-                if answer is not None:
-                    check_text(answer, "answer", allow_empty=False, record=rid)
-                T = obj.get("max_new_tokens")
-                if T is not None and (not isinstance(T, int) or isinstance(T, bool) or T < 1):
-                    raise InputError("must be a positive integer", record=rid, field="max_new_tokens")
-            except InputError as e:
-                yield lineno, e
-                continue
-            yield lineno, AuditRequest(context, query, answer=answer, max_new_tokens=T, id=rid)
+        yield from parse_audit_lines(f)
 
 
-def _done_ids(path: Path) -> set[str]:
+def parse_audit_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, AuditRequest | InputError]]:
+    """:func:`read_audit_inputs` on any iterable of raw JSON lines (the Ray engine feeds Parquet rows)."""
+    seen: set[str] = set()
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield (
+                lineno,
+                InputError(f"line is not valid UTF-8 ({e.reason} at byte {e.start})", record=lineno),
+            )
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield lineno, InputError(f"invalid JSON ({e.msg})", record=lineno)
+            continue
+        if not isinstance(obj, dict):
+            yield lineno, InputError("a record must be a JSON object", record=lineno)
+            continue
+        rid = obj.get("id")
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool) or str(rid) == "":
+            yield (
+                lineno,
+                InputError("missing or invalid id (a string or an integer)", record=lineno, field="id"),
+            )
+            continue
+        rid = str(rid)
+        if rid in seen:
+            yield lineno, InputError("duplicate id", record=rid, field="id")
+            continue
+        seen.add(rid)
+        try:
+            context = check_text(obj.get("context", ""), "context", allow_empty=True, record=rid)
+            query = check_text(obj.get("query"), "query", allow_empty=False, record=rid)
+            answer = obj.get("answer")
+            if answer is not None:
+                check_text(answer, "answer", allow_empty=False, record=rid)
+            T = obj.get("max_new_tokens")
+            if T is not None and (not isinstance(T, int) or isinstance(T, bool) or T < 1):
+                raise InputError("must be a positive integer", record=rid, field="max_new_tokens")
+        except InputError as e:
+            yield lineno, e
+            continue
+        yield lineno, AuditRequest(context, query, answer=answer, max_new_tokens=T, id=rid)
+
+
+def read_done_ids(path: Path) -> set[str]:
+    """The ids already in a ``results.jsonl`` (a torn last line is ignored: it is redone)."""
     done: set[str] = set()
     if not path.is_file():
         return done
@@ -690,7 +701,12 @@ def _done_ids(path: Path) -> set[str]:
     return done
 
 
-def _check_meta(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
+def check_results_meta(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
+    """Write ``out/meta.json`` for a new folder; refuse a folder holding another run's results.
+
+    Raises:
+        InputError: the folder's model, profile or settings differ (unless ``overwrite``).
+    """
     from mnemoscope.io import atomic_write, canonical_json
 
     meta_path = out / "meta.json"
@@ -712,6 +728,36 @@ def _check_meta(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
         for name in ("results.jsonl", "errors.jsonl"):
             (out / name).unlink(missing_ok=True)
     atomic_write(meta_path, json.dumps(meta, indent=1, default=str) + "\n")
+
+
+def input_error_row(lineno: int, e: InputError) -> dict[str, Any]:
+    """The ``errors.jsonl`` row of a record rejected when reading the input."""
+    return {
+        "id": e.record if isinstance(e.record, str) else None,  # int = line number
+        "line": lineno,
+        "field": e.field,
+        "message": e.reason,
+        "status": 422,
+    }
+
+
+def audit_batch(
+    auditor: Auditor, chunk: Sequence[tuple[int, AuditRequest]]
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Audit one batch of ``(line number, request)``: the ``results.jsonl`` lines and the error rows.
+
+    The one per-batch step of :func:`run_audit_file`; the Ray engine's actors call it too, so
+    both engines write the same bytes for the same batch.
+    """
+    results = auditor.audit([r for _, r in chunk])
+    lines: list[str] = []
+    errors: list[dict[str, Any]] = []
+    for (lineno, req), res in zip(chunk, results, strict=True):
+        if isinstance(res, AuditFailure):
+            errors.append({"id": req.id, "line": lineno, **res.to_dict()})
+        else:
+            lines.append(json.dumps({"id": req.id, **res.to_dict()}, ensure_ascii=False))
+    return lines, errors
 
 
 def run_audit_file(
@@ -736,24 +782,16 @@ def run_audit_file(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_meta(out, auditor.identity, overwrite)
+    check_results_meta(out, auditor.identity, overwrite)
     results_path, errors_path = out / "results.jsonl", out / "errors.jsonl"
-    done = _done_ids(results_path)
+    done = read_done_ids(results_path)
     todo: list[tuple[int, AuditRequest]] = []
     errors: list[dict[str, Any]] = []
     n_lines = 0
     for lineno, item in read_audit_inputs(input_path):
         n_lines += 1
         if isinstance(item, InputError):
-            errors.append(
-                {
-                    "id": item.record if isinstance(item.record, str) else None,  # int = line number
-                    "line": lineno,
-                    "field": item.field,
-                    "message": item.reason,
-                    "status": 422,
-                }
-            )
+            errors.append(input_error_row(lineno, item))
         elif item.id not in done:
             todo.append((lineno, item))
     n_ok = 0
@@ -763,14 +801,9 @@ def run_audit_file(
     ):
         for start in range(0, len(todo), auditor.batch_size):
             chunk = todo[start : start + auditor.batch_size]
-            results = auditor.audit([r for _, r in chunk])
-            lines = []
-            for (lineno, req), res in zip(chunk, results, strict=True):
-                if isinstance(res, AuditFailure):
-                    errors.append({"id": req.id, "line": lineno, **res.to_dict()})
-                else:
-                    lines.append(json.dumps({"id": req.id, **res.to_dict()}, ensure_ascii=False))
-                    n_ok += 1
+            lines, failed = audit_batch(auditor, chunk)
+            errors.extend(failed)
+            n_ok += len(lines)
             if lines:
                 rf.write("\n".join(lines) + "\n")
                 rf.flush()

@@ -39,6 +39,8 @@ __all__ = [
     "load_calibration",
     "noise_robustness",
     "repcs_verdict",
+    "score_batch",
+    "score_config",
     "score_file",
     "split_calibration",
 ]
@@ -94,16 +96,50 @@ def load_calibration(path: str | Path, model: Any | None = None) -> tuple[RePCS,
             "max_new_tokens": pc.get("max_new_tokens", rec.get("T")),
         }
         if model is not None:
-            from mnemoscope.pipelines.profile import ProfileError
-
-            other = model.to_dict() if hasattr(model, "to_dict") else dict(model)
-            if meta["model"].get("fingerprint") != other.get("fingerprint"):
-                raise ProfileError(
-                    f"{p} was calibrated on {meta['model'].get('name')} "
-                    f"({str(meta['model'].get('fingerprint'))[:12]}), not {other.get('name')} "
-                    f"({str(other.get('fingerprint'))[:12]}); recalibrate"
-                )
+            check_same_model(meta["model"], model, what=f"the calibration {p}", remedy="recalibrate")
     return RePCS.from_calibration(rec), meta
+
+
+def score_config(meta: dict[str, Any]) -> Any:
+    """The :class:`~mnemoscope.trace.PairConfig` a calibration record scores with."""
+    from mnemoscope.trace import PairConfig, PromptBuilder
+
+    pr = meta["prompt"]
+    return PairConfig(
+        builder=PromptBuilder(
+            template=pr["template"],
+            task=pr.get("task") or "plain",
+            chat=bool(pr.get("chat")),
+            system_prompt=pr.get("system_prompt"),
+        ),
+        max_new_tokens=int(meta["max_new_tokens"]),
+        answer_without=False,
+        hidden=False,
+    )
+
+
+def score_batch(
+    tracer: Any, det: RePCS, batch: Sequence[Any], config: Any, *, on_error: str = "skip"
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Score one batch of records: the output lines (``{"id", "score": -Z, **repcs_verdict}``) and the
+    error rows. The per-batch step of :func:`score_file` (the Ray engine's actors call it too)."""
+    from mnemoscope.trace import prepare_pair
+    from mnemoscope.trace.lockstep import trace_lockstep
+
+    prepared, bad = [], []
+    for r in batch:
+        try:
+            prepared.append(prepare_pair(tracer, r, config))
+        except InputError as e:
+            if on_error == "raise":
+                raise InputError(f"line {r.line}: {e.reason}", record=r.id, field=e.field) from e
+            bad.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
+    traces = trace_lockstep(tracer, prepared, config) if prepared else []
+    lines = []
+    for t in traces:
+        v = repcs_verdict(det, t)
+        lines.append(json.dumps({"id": t.id, "score": -v["kl"], **v}))
+    return lines, bad
 
 
 def score_file(
@@ -125,22 +161,10 @@ def score_file(
     from tqdm.auto import tqdm
 
     from mnemoscope.data import read_records
-    from mnemoscope.trace import PairConfig, PromptBuilder, Tracer, prepare_pair
-    from mnemoscope.trace.lockstep import trace_lockstep
+    from mnemoscope.trace import Tracer
 
     det, meta = load_calibration(calibration, lm.info if check_model else None)
-    pr = meta["prompt"]
-    config = PairConfig(
-        builder=PromptBuilder(
-            template=pr["template"],
-            task=pr.get("task") or "plain",
-            chat=bool(pr.get("chat")),
-            system_prompt=pr.get("system_prompt"),
-        ),
-        max_new_tokens=int(meta["max_new_tokens"]),
-        answer_without=False,
-        hidden=False,
-    )
+    config = score_config(meta)
     outp = Path(out)
     done: set[str] = set()
     if outp.is_file():
@@ -159,19 +183,12 @@ def score_file(
         tqdm(total=len(todo), desc="repcs score", disable=not progress) as bar,
     ):
         for start in range(0, len(todo), batch_size):
-            batch, prepared = todo[start : start + batch_size], []
-            for r in batch:
-                try:
-                    prepared.append(prepare_pair(tracer, r, config))
-                except InputError as e:
-                    if on_error == "raise":
-                        raise InputError(f"line {r.line}: {e.reason}", record=r.id, field=e.field) from e
-                    bad.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
-            traces = trace_lockstep(tracer, prepared, config) if prepared else []
-            for t in traces:
-                v = repcs_verdict(det, t)
-                f.write(json.dumps({"id": t.id, "score": -v["kl"], **v}) + "\n")
-                n_ok += 1
+            batch = todo[start : start + batch_size]
+            lines, failed = score_batch(tracer, det, batch, config, on_error=on_error)
+            bad.extend(failed)
+            for line in lines:
+                f.write(line + "\n")
+            n_ok += len(lines)
             f.flush()
             bar.update(len(batch))
     return {"scored": n_ok, "already_done": len(done), "errors": bad, "out": str(outp)}

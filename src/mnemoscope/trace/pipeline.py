@@ -18,7 +18,7 @@ from mnemoscope.trace.pair import PairConfig, PairLike, PreparedPair, prepare_pa
 from mnemoscope.trace.store import TraceWriter
 from mnemoscope.trace.tracer import Tracer, batch_ranges
 
-__all__ = ["RunSummary", "run_pairs"]
+__all__ = ["RunSummary", "run_pairs", "trace_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,42 @@ class RunSummary:
             "n_errors": self.n_errors,
             "seconds": round(self.seconds, 3),
         }
+
+
+def trace_batch(
+    tracer: Tracer,
+    batch: Sequence[PreparedPair],
+    config: PairConfig,
+    *,
+    on_error: Literal["skip", "raise"] = "skip",
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Trace one batch of prepared pairs: ``(traces, error rows)``.
+
+    The per-batch step of :func:`run_pairs` (the Ray engine's actors call it too). If the
+    batch fails as a whole, its records are retried one by one so that one bad record does
+    not take the batch down.
+    """
+    errors: list[dict[str, Any]] = []
+    try:
+        traces = trace_prepared(tracer, batch, config)
+    except (RuntimeError, ValueError, IndexError) as e:
+        log.warning("batch failed (%s); retrying its %d records one by one", e, len(batch))
+        traces = []
+        for p in batch:
+            try:
+                traces.extend(trace_prepared(tracer, [p], config))
+            except (RuntimeError, ValueError, IndexError) as e1:
+                if on_error == "raise":
+                    raise
+                errors.append(
+                    {
+                        "line": getattr(p.item, "line", None),
+                        "id": p.item.id,
+                        "field": None,
+                        "message": f"{type(e1).__name__}: {e1}",
+                    }
+                )
+    return list(traces), errors
 
 
 def run_pairs(
@@ -96,25 +132,8 @@ def run_pairs(
     try:
         for idx in batch_ranges(len(prepared), batch_size):
             batch = [prepared[i] for i in idx]
-            try:
-                traces = trace_prepared(tracer, batch, config)
-            except (RuntimeError, ValueError, IndexError) as e:
-                log.warning("batch failed (%s); retrying its %d records one by one", e, len(batch))
-                traces = []
-                for p in batch:
-                    try:
-                        traces.extend(trace_prepared(tracer, [p], config))
-                    except (RuntimeError, ValueError, IndexError) as e1:
-                        if on_error == "raise":
-                            raise
-                        errors.append(
-                            {
-                                "line": getattr(p.item, "line", None),
-                                "id": p.item.id,
-                                "field": None,
-                                "message": f"{type(e1).__name__}: {e1}",
-                            }
-                        )
+            traces, failed = trace_batch(tracer, batch, config, on_error=on_error)
+            errors.extend(failed)
             writer.write(traces)
             summary.n_traced += len(traces)
             bar.update(len(batch))
