@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from mnemoscope.detectors.crm import crm_pipeline
-from mnemoscope.pipelines.crm.eval import CRMEvalConfig, _lts_kw, permutation_control, run_method
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, lts_kwargs, permutation_control, run_method
 from mnemoscope.pipelines.crm.extract import load_folder
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     for name, levels in variants.items():
 
         def auc(cfg: CRMEvalConfig, levels: tuple[str, ...] = levels) -> float:
-            est = run_method(crm_pipeline(levels=levels, **_lts_kw(cfg)), data, y, cfg).auc.estimate
+            est = run_method(crm_pipeline(levels=levels, **lts_kwargs(cfg)), data, y, cfg).auc.estimate
             return float("nan") if est is None else float(est)
 
         real = auc(c)

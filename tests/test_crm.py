@@ -22,8 +22,8 @@ from mnemoscope.detectors.crm import (
     crm_pipeline,
     select_layers,
 )
-from mnemoscope.detectors.crm_artifact import ModelMismatchError, from_pipeline, load_crm, save_crm
-from mnemoscope.errors import InputError
+from mnemoscope.detectors.crm_artifact import from_pipeline, load_crm, save_crm
+from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.crm import (
     KL_FEATURES,
     CRMData,
@@ -334,7 +334,7 @@ def test_attention_context_span(lm):
 
 
 def test_noise_and_patch_hooks(lm):
-    from mnemoscope.trace.perturb import gaussian_noise, patch_last_token, perturbed_last_states
+    from mnemoscope.trace.interventions import gaussian_noise, patched_last_token, perturbed_last_states
     from mnemoscope.trace.tracer import Tracer
 
     tr = Tracer(lm, batch_size=4)
@@ -352,7 +352,7 @@ def test_noise_and_patch_hooks(lm):
     assert np.allclose(noisy[:, :2], clean[:, :2], atol=1e-6)  # rows before the noised block unchanged
     assert not np.allclose(noisy[:, 2], clean[:, 2])
     vals = torch.zeros(2, lm.info.hidden_size)
-    patched = perturbed_last_states(tr, seqs, lambda ls: patch_last_token(lm, 1, vals))
+    patched = perturbed_last_states(tr, seqs, lambda ls: patched_last_token(lm, 1, vals))
     np.testing.assert_allclose(patched[:, 1], 0.0, atol=1e-6)
     np.testing.assert_allclose(patched[:, 0], clean[:, 0], atol=1e-6)
     assert not np.allclose(patched[:, 2], clean[:, 2])

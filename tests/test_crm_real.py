@@ -49,7 +49,8 @@ def test_real_shapes_and_invariants(real_folder, real_lm):
 
 def test_real_artifact_refuses_other_model(real_folder, lm, tmp_path):
     from mnemoscope.detectors.crm import crm_pipeline
-    from mnemoscope.detectors.crm_artifact import ModelMismatchError, from_pipeline, load_crm, save_crm
+    from mnemoscope.detectors.crm_artifact import from_pipeline, load_crm, save_crm
+    from mnemoscope.errors import ModelMismatchError
 
     info, folder = real_folder
     pipe = crm_pipeline(levels=("l2", "l3")).fit(folder.data, folder.data.labels)

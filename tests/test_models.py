@@ -89,7 +89,7 @@ def test_hub_unreachable_without_offline_flag(monkeypatch):
     import mnemoscope.models.loader as loader
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(loader, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(loader, "hub_reachable", lambda timeout=3.0: False)
     with pytest.raises(ModelLoadError, match="cannot be reached"):
         load_model("nobody-here/no-such-model-xyz")
 

@@ -15,14 +15,13 @@ from sklearn.exceptions import NotFittedError
 from helpers import tiny_lm
 from mnemoscope.detectors.radar import (
     SCORE_DEFINITIONS,
-    ModelMismatchError,
     RadarArtifact,
     RadarEnsemble,
     RadarMethod,
     load_radar,
     save_radar,
 )
-from mnemoscope.errors import InputError
+from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.radar import (
     CAUSAL_FEATURES,
     FEATURE_NAMES,

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from mnemoscope.detectors.radar import (
-    ModelMismatchError,
     RadarArtifact,
     RadarEnsemble,
     load_radar,
     save_radar,
 )
+from mnemoscope.errors import ModelMismatchError
 from mnemoscope.features.radar import FEATURE_NAMES, RadarFeatureConfig, radar_features
 from mnemoscope.pipelines import radar as rev
 from mnemoscope.trace.interventions import RadarCaptureConfig, capture_radar

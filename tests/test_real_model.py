@@ -75,7 +75,9 @@ def test_invented_fact_moves_the_model(real_lm):
     ]
     pt = trace_pairs(Tracer(real_lm), items, PairConfig(max_new_tokens=16))[0]
     assert "Quenmar" in pt.answer_with
-    assert pt.kl_mean > 0.3  # measured 1.94 nats on SmolLM2-135M
+    # measured 1.938 nats on SmolLM2-135M (fp32 CPU, identical at batch 1 and 8); the band allows
+    # for other CPU kernels, not for a different answer or a broken KL
+    assert 1.8 < pt.kl_mean < 2.1 and pt.n_steps == 16
     assert "Quenmar" not in (pt.answer_without or "")
     # the displacement grows with depth before the final norm rescales it
     norms = np.linalg.norm(pt.displacement, axis=-1)
@@ -107,5 +109,8 @@ def test_cli_json_on_default_model():
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["model"] == "SmolLM2-135M-Instruct" and d["n_layers"] == 30 and d["hidden_size"] == 576
-    assert 1 <= len(d["kl_per_step"]) <= 8 and sum(d["kl_per_step"]) > 0
+    # chat template on (--chat auto): the answer fills all 8 steps (no early end of turn);
+    # measured sum 2.35 nats
+    assert d["template"]["chat"] is True
+    assert len(d["kl_per_step"]) == 8 and 1.5 < sum(d["kl_per_step"]) < 3.5
     assert d["answer_with_context"] and d["answer_without_context"] is not None

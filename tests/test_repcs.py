@@ -236,4 +236,4 @@ def test_cli_calibrate_score_eval(tiny_folder, tmp_path, capsys):
         )
         == 1
     )
-    assert "was calibrated on" in capsys.readouterr().err
+    assert "was fitted on" in capsys.readouterr().err

@@ -19,7 +19,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from helpers import tiny_lm
-from mnemoscope.errors import InputError
+from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
 from mnemoscope.pipelines.profile import (
     CalibrationConfig,
@@ -287,7 +287,7 @@ def test_profile_contents_and_integrity(lm: Any, profile_dir: Path) -> None:
         load_profile(profile_dir)
     p.write_text(text)
     other = tiny_lm(layers=3, seed=1)
-    with pytest.raises(ProfileError, match="calibrated for"):
+    with pytest.raises(ModelMismatchError, match="was fitted on"):
         load_profile(profile_dir, model=other.info)
 
 
@@ -342,7 +342,7 @@ def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path
 
 
 def test_engine_refuses_profile_of_another_model(profile_dir: Path) -> None:
-    with pytest.raises(ProfileError):
+    with pytest.raises(ModelMismatchError):
         Auditor(tiny_lm(layers=3, seed=7), load_profile(profile_dir))
 
 

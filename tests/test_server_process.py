@@ -195,7 +195,7 @@ def test_server_refuses_a_profile_for_another_model(service: tuple[Path, Path], 
     other = tmp_path / "other"
     tiny_model(layers=3, seed=5).save_pretrained(other)
     tiny_tokenizer().save_pretrained(other)
-    _must_not_start(other, profile, str(tmp_path / "x.db"), tmp_path / "log.txt", "calibrated for")
+    _must_not_start(other, profile, str(tmp_path / "x.db"), tmp_path / "log.txt", "was fitted on")
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------------

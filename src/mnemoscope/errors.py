@@ -3,7 +3,14 @@ whose message is one clear line; the CLI prints it without a traceback."""
 
 from __future__ import annotations
 
-__all__ = ["InputError", "InputTooLongError", "MnemoscopeError", "ModelLoadError", "TraceStoreError"]
+__all__ = [
+    "InputError",
+    "InputTooLongError",
+    "MnemoscopeError",
+    "ModelLoadError",
+    "ModelMismatchError",
+    "TraceStoreError",
+]
 
 
 class MnemoscopeError(Exception):
@@ -41,3 +48,9 @@ class InputTooLongError(InputError):
 
 class TraceStoreError(MnemoscopeError):
     """A trace folder is missing, corrupt or was written with other settings."""
+
+
+class ModelMismatchError(InputError):
+    """A fitted artefact (profile, calibration, CRM or RADAR artefact, trace folder) was used with
+    another model than the one it was fitted on. Raised only by
+    :func:`mnemoscope.models.check_same_model`."""

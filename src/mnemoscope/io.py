@@ -6,12 +6,17 @@ b'{"a":[1.5,"\\xc3\\xa9"],"b":1}'
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "canonical_json"]
+import numpy as np
+
+__all__ = ["atomic_savez", "atomic_write", "atomic_write_json", "canonical_json"]
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -26,7 +31,8 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
     is renamed over ``path`` (atomic on POSIX).
     """
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     raw = data.encode("utf-8") if isinstance(data, str) else data
     with tmp.open("wb") as f:
         f.write(raw)
@@ -34,3 +40,15 @@ def atomic_write(path: str | Path, data: str | bytes) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, p)
     return p
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 1, sort_keys: bool = True) -> Path:
+    """:func:`atomic_write` of ``obj`` as JSON (objects that JSON cannot encode are written as ``str``)."""
+    return atomic_write(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, default=str))
+
+
+def atomic_savez(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
+    """:func:`atomic_write` of ``arrays`` as an uncompressed ``.npz`` (``np.load`` reads it back)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    return atomic_write(path, buf.getvalue())

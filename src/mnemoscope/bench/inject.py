@@ -35,6 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mnemoscope.errors import InputError
+from mnemoscope.io import atomic_write
 from mnemoscope.models.loader import LoadedModel
 
 __all__ = ["SIBLINGS", "InjectConfig", "InjectResult", "inject", "read_training_record"]
@@ -272,9 +273,7 @@ def inject(
         "torch_threads": torch.get_num_threads(),
         **(metadata or {}),
     }
-    tmp = out / ".training.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, out / "training.json")
+    atomic_write(out / "training.json", json.dumps(record, indent=1))
     shutil.rmtree(ckpt, ignore_errors=True)
     model.eval()
     return InjectResult(out, config, epoch_losses, step, seconds, len(texts), extra=metadata or {})

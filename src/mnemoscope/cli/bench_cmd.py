@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args
+from mnemoscope.cli.main import add_chat_arg, add_model_args
 
 
 def register(sub: Any) -> None:
@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
     )
     v.add_argument("--out", required=True, metavar="DIR")
     v.add_argument("--template", default="A")
-    v.add_argument("--chat", action="store_true")
+    add_chat_arg(v)
     v.add_argument("--max-new-tokens", "-T", type=int, default=32)
     v.add_argument("--batch-size", type=int, default=8)
     v.set_defaults(func=_verify)
@@ -177,15 +177,15 @@ def _inject(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from mnemoscope.bench.reliance import load_reliance
     from mnemoscope.bench.verify import verify_reliance
-    from mnemoscope.cli.main import load_from_args
+    from mnemoscope.cli.main import chat_for, load_from_args
     from mnemoscope.trace import PairConfig, PromptBuilder
 
+    lm = load_from_args(args)
     config = PairConfig(
-        builder=PromptBuilder(template=args.template, chat=args.chat),
+        builder=PromptBuilder(template=args.template, chat=chat_for(args, lm)),
         max_new_tokens=args.max_new_tokens,
         answer_without=True,
     )
-    lm = load_from_args(args)
     if args.suite == "mixed":
         import json
         from pathlib import Path

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args, load_from_args
+from mnemoscope.cli.main import add_chat_arg, add_model_args, load_from_args
 
 
 def _chat(v: str) -> Any:
@@ -31,12 +31,7 @@ def _extract_args(p: argparse.ArgumentParser, *, with_input: bool = True) -> Non
         choices=["auto", "continuation", "plain", "summarization", "qa"],
         help="auto = continuation when records have no query, plain when they all have one",
     )
-    g.add_argument(
-        "--chat",
-        default="auto",
-        choices=["auto", "on", "off"],
-        help="wrap prompts in the model's chat template (auto = when the tokenizer has one)",
-    )
+    add_chat_arg(g)
     g.add_argument("--max-new-tokens", "-T", type=int, default=32)
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument(
@@ -259,7 +254,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from mnemoscope.pipelines.crm.run import _save_fig, load_reports, write_report
+    from mnemoscope.pipelines.crm.run import load_reports, write_report
+    from mnemoscope.report import save_figure
     from mnemoscope.report.crm import layer_auc_figure
 
     reports = load_reports(args.reports)
@@ -275,7 +271,7 @@ def _report(args: argparse.Namespace) -> int:
             if r.get("analyses", {}).get("layer_sweep")
         }
         if sweeps:
-            _save_fig(layer_auc_figure(sweeps), out / "layer_auc.png")
+            save_figure(layer_auc_figure(sweeps), out / "layer_auc.png", dpi=130)
         rows = [
             "| report | protocol | CRM-LR | CRM-XGB | L3 only | L1+L2 | best likelihood |",
             "|---|---|---|---|---|---|---|",

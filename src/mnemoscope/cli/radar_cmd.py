@@ -242,6 +242,7 @@ def _eval(args: argparse.Namespace) -> int:
         settings_dict,
         shipped_path,
     )
+    from mnemoscope.report import save_figure
 
     capture, fcfg = _configs(args)
     out = Path(args.out)
@@ -282,7 +283,7 @@ def _eval(args: argparse.Namespace) -> int:
         np.array([r["label"] for r in preds]),
         [r["category"] for r in preds],
     )
-    fig.savefig(out / "rds_rci.png", dpi=110)
+    save_figure(fig, out / "rds_rci.png")
     settings = {**settings_dict(capture, fcfg), "feature_set": args.feature_set}
     save_radar(RadarArtifact(ens, lm.info.to_dict(), settings, {"train": train_src}), out / "radar.joblib")
     print(

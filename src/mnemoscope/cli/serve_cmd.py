@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args, load_from_args
+from mnemoscope.cli.main import add_chat_arg, add_model_args, load_from_args
 
 SHIPPED = "shipped:context-reliance"
 
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     c.add_argument("--max-records", type=int, default=None, help="stratified seeded sample of the input")
     c.add_argument("--template", default="A")
     c.add_argument("--task", default="plain", choices=["plain", "qa", "continuation", "summarization"])
-    c.add_argument("--chat", choices=["auto", "on", "off"], default="auto")
+    add_chat_arg(c)
     c.add_argument("--max-new-tokens", "-T", type=int, default=32)
     c.add_argument("--batch-size", type=int, default=8)
     c.add_argument("--classifier", choices=["auto", "lr", "xgb", "none"], default="auto")

@@ -37,6 +37,8 @@ class MembershipData:
         reference: token statistics under the reference model (default: the base without adapter).
         lowercase: token statistics of each lower-cased text under the suspect model.
         pairs: paired traces (context = document), for context-comparing methods.
+        answer_embeddings: sentence embeddings ``([n e], [n e])`` of each pair's with- and
+            no-context answers (CRM's Level 1), computed by the pipeline that loaded the encoder.
     """
 
     ids: list[str]
@@ -46,6 +48,7 @@ class MembershipData:
     reference: list[TokenStats] | None = None
     lowercase: list[TokenStats] | None = None
     pairs: list[PairTrace] | None = None
+    answer_embeddings: tuple[np.ndarray, np.ndarray] | None = None
 
     def require(self, what: Requirement) -> list[Any]:
         value = getattr(self, what)

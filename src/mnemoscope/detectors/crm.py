@@ -571,9 +571,10 @@ def crm_pipeline(
 class CRMMethod(MembershipMethod):
     """CRM in the membership leaderboard (supervised; fitted inside the leaderboard's folds).
 
-    Level 1 is used when the pair traces carry the no-context generation and
-    ``level1="auto"``; the leaderboard's traces do not (they skip that second generation),
-    so there CRM runs on L2 + L3. ``mnemoscope crm eval`` always has all three levels.
+    Level 1 is used when ``level1="auto"`` and the data carries ``answer_embeddings`` (the
+    pipeline embeds the with- and no-context answers; the leaderboard's traces skip the
+    no-context generation, so there CRM runs on L2 + L3). ``mnemoscope crm eval`` always has
+    all three levels.
     """
 
     requires: ClassVar[frozenset[Requirement]] = frozenset({"pairs"})
@@ -592,21 +593,11 @@ class CRMMethod(MembershipMethod):
         self.level1 = level1
         self.variance_threshold = variance_threshold
 
-    def _levels(self, pairs: Sequence[Any]) -> tuple[Level, ...]:
-        has_l1 = self.level1 == "auto" and all(p.answer_without is not None for p in pairs)
-        return ("l1", "l2", "l3") if has_l1 else ("l2", "l3")
-
     def features(self, data: MembershipData) -> CRMData:  # type: ignore[override]
+        """CRM's levels from the pairs; Level 1 when ``level1="auto"`` and the caller supplied
+        ``answer_embeddings`` (a detector never loads the sentence encoder itself)."""
         pairs = data.require("pairs")
-        embeddings = None
-        if "l1" in self._levels(pairs):
-            from mnemoscope.features.embedding import load_embedder
-
-            emb = load_embedder()
-            embeddings = (
-                emb.encode([p.answer_with for p in pairs]),
-                emb.encode([p.answer_without for p in pairs]),
-            )
+        embeddings = data.answer_embeddings if self.level1 == "auto" else None
         return crm_data_from_pairs(pairs, embeddings=embeddings).with_labels(data.labels)
 
     def make_estimator(self) -> Pipeline:

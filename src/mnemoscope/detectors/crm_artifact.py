@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,16 +22,14 @@ import numpy as np
 from sklearn.pipeline import Pipeline
 
 from mnemoscope.detectors.crm import CRMFeaturizer
-from mnemoscope.errors import InputError, MnemoscopeError
+from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.crm import CRMData
+from mnemoscope.io import atomic_write
+from mnemoscope.models.loader import check_same_model
 
 __all__ = ["FORMAT", "FittedCRM", "ModelMismatchError", "from_pipeline", "load_crm", "save_crm"]
 
 FORMAT = "mnemoscope-crm/1"
-
-
-class ModelMismatchError(MnemoscopeError):
-    """A fitted artefact used with another model than the one it was fitted on."""
 
 
 def _identity(model: dict[str, Any]) -> str:
@@ -77,13 +74,12 @@ class FittedCRM:
 
     def check_model(self, info: Any) -> None:
         """Raise :class:`ModelMismatchError` unless ``info`` (a ModelInfo or its dict) is our model."""
-        other = info.to_dict() if hasattr(info, "to_dict") else dict(info)
-        mine = self.model.get("fingerprint")
-        if mine != other.get("fingerprint"):
-            raise ModelMismatchError(
-                f"this CRM artefact was fitted on {_identity(self.model)}, but the loaded model is "
-                f"{_identity(other)}; fit a new one with `mnemoscope crm fit` on this model"
-            )
+        check_same_model(
+            self.model,
+            info,
+            what="this CRM artefact",
+            remedy="fit a new one with `mnemoscope crm fit` on this model",
+        )
 
     # -- inference ------------------------------------------------------------------------------
 
@@ -212,14 +208,7 @@ def save_crm(art: FittedCRM, path: str | Path) -> Path:
     header["content_hash"] = art.content_hash
     buf = io.BytesIO()
     np.savez(buf, header=np.array(json.dumps(header, default=str)), **arrays)  # type: ignore[arg-type]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, buf.getvalue())
 
 
 def load_crm(path: str | Path, *, model: Any = None) -> FittedCRM:

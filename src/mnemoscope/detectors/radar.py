@@ -33,6 +33,7 @@ whose fingerprint differs from the one the ensemble was fitted on.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -44,8 +45,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from mnemoscope.detectors.base import MembershipData, MembershipMethod, Requirement
-from mnemoscope.errors import InputError, MnemoscopeError
+from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.radar import FEATURE_NAMES
+from mnemoscope.io import atomic_write
+from mnemoscope.models.loader import check_same_model
 
 __all__ = [
     "FORMAT_VERSION",
@@ -98,10 +101,6 @@ SCORE_DEFINITIONS: dict[str, tuple[tuple[str, int], ...]] = {
         ("state_rank_evolution", 1),
     ),
 }
-
-
-class ModelMismatchError(MnemoscopeError):
-    """A fitted RADAR ensemble was applied to features of another model."""
 
 
 def _phi(z: np.ndarray) -> np.ndarray:
@@ -271,13 +270,13 @@ class RadarArtifact:
 
 
 def _check_fingerprint(model: dict[str, Any], fingerprint: str, name: str) -> None:
-    if fingerprint != model.get("fingerprint"):
-        raise ModelMismatchError(
-            f"this RADAR ensemble was fitted on features of {model.get('name')} "
-            f"(fingerprint {str(model.get('fingerprint'))[:12]}), not {name} "
-            f"({fingerprint[:12]}): features of another model are not comparable; retrain "
-            "on this model (or pass force=True / --force to override)"
-        )
+    check_same_model(
+        model,
+        {"name": name, "fingerprint": fingerprint},
+        what="this RADAR ensemble",
+        remedy="features of another model are not comparable; retrain on this model "
+        "(or pass force=True / --force to override)",
+    )
 
 
 def save_radar(artifact: RadarArtifact, path: str | Path) -> Path:
@@ -296,10 +295,10 @@ def save_radar(artifact: RadarArtifact, path: str | Path) -> Path:
         "settings": artifact.settings,
         "extra": artifact.extra,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    joblib.dump({"meta": meta, "ensemble": artifact.ensemble}, tmp)
-    tmp.replace(path)
-    Path(str(path) + ".json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    buf = io.BytesIO()
+    joblib.dump({"meta": meta, "ensemble": artifact.ensemble}, buf)
+    atomic_write(path, buf.getvalue())
+    atomic_write(str(path) + ".json", json.dumps(meta, indent=1, default=str) + "\n")
     return path
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from mnemoscope.detectors.base import MembershipData, MembershipMethod, Requirement
+from mnemoscope.divergence import kl_logprobs
 from mnemoscope.errors import InputError
 from mnemoscope.stats.conformal import conformal_lower
 from mnemoscope.trace.types import PairTrace
@@ -91,14 +92,11 @@ def kl_from_logprobs(lp_rag: np.ndarray, lp_para: np.ndarray, *, record: str | N
     _check_finite("para_logprobs", b, record)
     a = a - np.logaddexp.reduce(a, axis=1, keepdims=True)
     b = b - np.logaddexp.reduce(b, axis=1, keepdims=True)
-    pa, pb = np.exp(a), np.exp(b)
-    return StepKL(np.maximum((pa * (a - b)).sum(1), 0.0), np.maximum((pb * (b - a)).sum(1), 0.0))
+    return StepKL(kl_logprobs(a, b), kl_logprobs(b, a))
 
 
 def _two_point_kl(p: np.ndarray, q: np.ndarray) -> float:
-    p = np.maximum(p, _EPS)
-    q = np.maximum(q, _EPS)
-    return float(max((p * (np.log(p) - np.log(q))).sum(), 0.0))
+    return float(kl_logprobs(np.log(np.maximum(p, _EPS)), np.log(np.maximum(q, _EPS))))
 
 
 def topk_kl(rag: Mapping[Any, float], para: Mapping[Any, float]) -> tuple[float, float]:

@@ -5,7 +5,7 @@ without its context:
 
 * **Level 1** (black box): ``1 - cos(enc(y_0), enc(y_c))`` between sentence embeddings of
   the no-context and with-context generations (paper eq. 3). The embeddings come from
-  :mod:`mnemoscope.features.embedding`; this module only takes the vectors.
+  :mod:`mnemoscope.models.embedder`; this module only takes the vectors.
 * **Level 2** (grey box): the per-step KL(p(.|c,q,y<t) || p(.|q,y<t)) series of the pair,
   aggregated into mean, max, variance, early and late means and the trend (slope).
 * **Level 3** (white box): the displacement ``d_l = h_l^c - h_l^0`` of the last prompt

@@ -11,6 +11,7 @@ from mnemoscope.models.arch import ArchAdapter, adapter_for
 from mnemoscope.models.loader import (
     LoadedModel,
     ModelInfo,
+    check_same_model,
     default_gguf_path,
     from_objects,
     load_model,
@@ -25,6 +26,7 @@ __all__ = [
     "ModelInfo",
     "ModelSpec",
     "adapter_for",
+    "check_same_model",
     "default_gguf_path",
     "from_objects",
     "load_model",

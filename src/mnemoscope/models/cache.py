@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mnemoscope.io import atomic_write
+
 __all__ = ["MARKER", "CacheEntry", "file_sha256", "gguf_cache_entry", "list_cached", "publish"]
 
 log = logging.getLogger(__name__)
@@ -55,18 +57,8 @@ def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
     digest = h.hexdigest()
     if memo_file:
         memo[key] = digest
-        _atomic_write_text(memo_file, json.dumps(memo, indent=1))
+        atomic_write(memo_file, json.dumps(memo, indent=1))
     return digest
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def publish(entry: CacheEntry, save_into: Callable[[Path], None]) -> None:
         tmp.mkdir()
         save_into(tmp)
         meta = {"key": entry.key, "source": entry.source, "format": CACHE_FORMAT, "created": time.time()}
-        _atomic_write_text(tmp / MARKER, json.dumps(meta, indent=1))
+        atomic_write(tmp / MARKER, json.dumps(meta, indent=1))
         if entry.folder.exists():
             # An incomplete or stale folder from an older version; replace it.
             shutil.rmtree(entry.folder, ignore_errors=True)

@@ -27,6 +27,7 @@ from mnemoscope.data.records import RecordError
 from mnemoscope.detectors.base import METHODS, MembershipData, MembershipMethod
 from mnemoscope.errors import InputError
 from mnemoscope.features.tokens import TokenStats
+from mnemoscope.io import atomic_savez
 from mnemoscope.models.loader import LoadedModel
 
 __all__ = ["DEFAULT_METHODS", "LeaderboardConfig", "LeaderboardResult", "run_leaderboard"]
@@ -111,9 +112,7 @@ def _token_stats(
     arrays: dict[str, np.ndarray] = {}
     for i, s in enumerate(stats):
         arrays.update({f"{i}/lp": s.logprobs, f"{i}/mu": s.mu, f"{i}/sigma": s.sigma})
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **arrays)  # type: ignore[arg-type]
-    tmp.replace(path)
+    atomic_savez(path, arrays)
     return stats
 
 
@@ -192,7 +191,7 @@ def run_leaderboard(
     Returns:
         A :class:`LeaderboardResult` with the entries and per-document scores.
     """
-    from mnemoscope.report import leaderboard_markdown, roc_figure
+    from mnemoscope.report import leaderboard_markdown, roc_figure, save_figure
     from mnemoscope.stats import summarize
 
     config = config or LeaderboardConfig()
@@ -267,10 +266,7 @@ def run_leaderboard(
         {s: {m: (v, labels) for m, v in sc.items()} for s, sc in all_scores.items()},
         title="membership: ROC per model",
     )
-    fig.savefig(out / "roc.png", dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    save_figure(fig, out / "roc.png")
     run = {
         "config": asdict(config),
         "n_documents": len(documents),

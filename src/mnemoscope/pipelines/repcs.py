@@ -26,6 +26,7 @@ import numpy as np
 from mnemoscope.detectors.base import MembershipData
 from mnemoscope.detectors.repcs import RePCS, topk_kl
 from mnemoscope.errors import InputError
+from mnemoscope.models.loader import check_same_model
 from mnemoscope.stats import auc_ci, summarize, threshold_metrics
 from mnemoscope.trace.types import PairTrace
 

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from mnemoscope.detectors.scar import Reference, ScarData, ScarDetector, ScarResult, resolve_k
 from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.features.spectral import Center, Metric, SlopeMethod
-from mnemoscope.models.loader import LoadedModel
+from mnemoscope.io import atomic_savez
+from mnemoscope.models.loader import LoadedModel, check_same_model
 from mnemoscope.trace.gradients import Position, encode_pair, gradient_batch
 
 __all__ = [
@@ -285,10 +286,9 @@ def extract_signals(
         info = lm.info.to_dict()
         if expect is not None:
             _check_infos(expect, info)
-        if meta is not None and meta.get("model", {}).get("fingerprint") != info["fingerprint"]:
-            raise MnemoscopeError(
-                f"{folder} holds signals of another model ({meta['model'].get('name')}, adapter "
-                f"{meta['model'].get('adapter')}); use a new output folder"
+        if meta is not None:
+            check_same_model(
+                meta.get("model", {}), info, what=f"the signals in {folder}", remedy="use a new output folder"
             )
         meta = {"battery": digest, "extraction": config.extraction(), "model": info, "role": role}
         meta_path.write_text(json.dumps(meta, indent=1))
@@ -345,7 +345,6 @@ def _extract_chunk(
             hid.append(_states_no_grad(lm, seqs, config.position))
             npt.append(np.array([len(s) for s in seqs], dtype=np.int64))
         bar.update(len(batch))
-    tmp = path.with_suffix(".tmp.npz")
     arrays: dict[str, np.ndarray] = {
         "hidden": np.concatenate(hid).astype(np.float32),
         "n_prompt_tokens": np.concatenate(npt),
@@ -357,8 +356,7 @@ def _extract_chunk(
             logp=np.concatenate(lps),
             n_target_tokens=np.concatenate(ntt),
         )
-    np.savez(tmp, **arrays)  # type: ignore[arg-type]
-    tmp.replace(path)
+    atomic_savez(path, arrays)
 
 
 # -- the audit ----------------------------------------------------------------------------------------

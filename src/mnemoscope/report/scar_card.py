@@ -72,11 +72,12 @@ def write_card(
     for n in names:
         np.save(arr / f"{n}.npy", result.per_layer[n])
     if plots:
+        from mnemoscope.report.figures import save_figure
         from mnemoscope.report.scar_plots import FIGURES
 
         for name, make in FIGURES.items():
             fig = make(result)
-            fig.savefig(out / f"{name}.png", dpi=110)
+            save_figure(fig, out / f"{name}.png")
     (out / "card.html").write_text(card_html(card))
     return card
 

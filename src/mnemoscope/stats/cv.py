@@ -30,7 +30,8 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
 from mnemoscope.errors import InputError
-from mnemoscope.stats.metrics import Estimate, _check_labels, _counts, auc_ci, roc_auc
+from mnemoscope.stats.checks import check_labels, class_counts
+from mnemoscope.stats.metrics import Estimate, auc_ci, roc_auc
 
 __all__ = [
     "PROTOCOL_LEAKAGE_FREE",
@@ -101,12 +102,12 @@ def _check_seed(seed: int) -> int:
 def _check_xy(X: Any, y: npt.ArrayLike, n_splits: int) -> tuple[Any, np.ndarray]:
     if isinstance(n_splits, bool) or int(n_splits) != n_splits or int(n_splits) < 2:
         raise InputError(f"n_splits must be an integer >= 2, got {n_splits!r}", field="n_splits")
-    labels = _check_labels(y)
+    labels = check_labels(y)
     if not hasattr(X, "iloc") and not hasattr(X, "subset"):
         X = np.asarray(X)
     if len(X) != labels.size:
         raise InputError(f"X and y differ in length: {len(X)} vs {labels.size}")
-    n_pos, n_neg = _counts(labels)
+    n_pos, n_neg = class_counts(labels)
     if n_pos == 0 or n_neg == 0:
         raise InputError(f"cross-validation needs both classes, got n_pos={n_pos}, n_neg={n_neg}", field="y")
     if min(n_pos, n_neg) < n_splits:
@@ -253,13 +254,13 @@ def calibration_split(y: npt.ArrayLike, n_cal: int = 100, seed: int = 42) -> np.
         >>> calibration_split(np.repeat([0, 1], [30, 10]), n_cal=8, seed=0).size
         8
     """
-    labels = _check_labels(y)
+    labels = check_labels(y)
     seed = _check_seed(seed)
     n = labels.size
     if isinstance(n_cal, bool) or int(n_cal) != n_cal or not 1 <= int(n_cal) <= n:
         raise InputError(f"n_cal must be an integer in [1, {n}], got {n_cal!r}", field="n_cal")
     n_cal = int(n_cal)
-    n_pos, n_neg = _counts(labels)
+    n_pos, n_neg = class_counts(labels)
     k_pos = round(n_cal * n_pos / n)
     if n_cal >= 2 and n_pos and n_neg:
         k_pos = min(max(k_pos, 1), n_cal - 1)

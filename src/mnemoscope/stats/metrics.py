@@ -23,6 +23,15 @@ import numpy.typing as npt
 from scipy.stats import rankdata
 
 from mnemoscope.errors import InputError
+from mnemoscope.stats.checks import (
+    check_confidence,
+    check_labels,
+    check_n_resamples,
+    check_pair,
+    check_rate,
+    class_counts,
+    single_class_reason,
+)
 
 __all__ = [
     "Estimate",
@@ -104,76 +113,6 @@ class ThresholdMetrics:
 # --------------------------------------------------------------------------- validation
 
 
-def _check_scores(scores: npt.ArrayLike, name: str = "scores") -> np.ndarray:
-    try:
-        s = np.asarray(scores, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"{name} must be numeric ({e})", field=name) from None
-    if s.ndim != 1:
-        raise InputError(f"{name} must be 1-D, got shape {s.shape}", field=name)
-    if s.size == 0:
-        raise InputError(f"{name} is empty", field=name)
-    bad = np.flatnonzero(~np.isfinite(s))
-    if bad.size:
-        msg = f"{name} contain {bad.size} non-finite value(s) (NaN or inf), first at index {bad[0]}: {s[bad[0]]}"
-        raise InputError(msg, field=name)
-    return s
-
-
-def _check_labels(labels: npt.ArrayLike) -> np.ndarray:
-    raw = np.asarray(labels)
-    if raw.ndim != 1:
-        raise InputError(f"labels must be 1-D, got shape {raw.shape}", field="labels")
-    if raw.size == 0:
-        raise InputError("labels is empty", field="labels")
-    if raw.dtype.kind not in "biuf":
-        raise InputError(f"labels must be numeric 0/1, got dtype {raw.dtype}", field="labels")
-    bad = raw[(raw != 0) & (raw != 1)]
-    if bad.size:
-        raise InputError(f"labels must be 0 or 1, found {np.unique(bad)[:5].tolist()}", field="labels")
-    return raw.astype(np.int64)
-
-
-def _check_pair(scores: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    s = _check_scores(scores)
-    y = _check_labels(labels)
-    if s.shape[0] != y.shape[0]:
-        raise InputError(f"scores and labels differ in length: {s.shape[0]} vs {y.shape[0]}")
-    return s, y
-
-
-def _counts(y: np.ndarray) -> tuple[int, int]:
-    return int(y.sum()), int(y.size - y.sum())
-
-
-def _undefined(n_pos: int, n_neg: int, strict: bool = False) -> str | None:
-    """The single-class reason (or ``None``); raises instead when ``strict``."""
-    if n_pos and n_neg:
-        return None
-    reason = f"only one class present (n_pos={n_pos}, n_neg={n_neg})"
-    if strict:
-        raise InputError(f"ROC-AUC is undefined: {reason}", field="labels")
-    return reason
-
-
-def _check_confidence(confidence: float) -> float:
-    if not 0.0 < float(confidence) < 1.0:
-        raise InputError(f"confidence must be in (0, 1), got {confidence}", field="confidence")
-    return float(confidence)
-
-
-def _check_n_resamples(n: int, name: str = "n_resamples") -> int:
-    if isinstance(n, bool) or int(n) != n or int(n) < 1:
-        raise InputError(f"{name} must be a positive integer, got {n!r}", field=name)
-    return int(n)
-
-
-def _check_rate(value: float, name: str) -> float:
-    if not 0.0 <= float(value) <= 1.0:
-        raise InputError(f"{name} must be in [0, 1], got {value}", field=name)
-    return float(value)
-
-
 def undefined_reason(labels: npt.ArrayLike) -> str | None:
     """Why ROC-AUC cannot be measured on ``labels`` (``None`` if it can).
 
@@ -183,7 +122,7 @@ def undefined_reason(labels: npt.ArrayLike) -> str | None:
         >>> undefined_reason([0, 1]) is None
         True
     """
-    return _undefined(*_counts(_check_labels(labels)))
+    return single_class_reason(*class_counts(check_labels(labels)))
 
 
 # --------------------------------------------------------------------------- ROC-AUC
@@ -214,9 +153,9 @@ def roc_auc(scores: npt.ArrayLike, labels: npt.ArrayLike, *, strict: bool = Fals
         >>> roc_auc([0.1, 0.2], [1, 1]) is None
         True
     """
-    s, y = _check_pair(scores, labels)
-    n_pos, n_neg = _counts(y)
-    if _undefined(n_pos, n_neg, strict) is not None:
+    s, y = check_pair(scores, labels)
+    n_pos, n_neg = class_counts(y)
+    if single_class_reason(n_pos, n_neg, strict) is not None:
         return None
     return _auc_exact(s, y, n_pos, n_neg)
 
@@ -274,12 +213,12 @@ def auc_ci(
         >>> auc_ci([0.1, 0.2], [0, 0]).reason
         'only one class present (n_pos=0, n_neg=2)'
     """
-    s, y = _check_pair(scores, labels)
-    confidence = _check_confidence(confidence)
-    n_resamples = _check_n_resamples(n_resamples)
-    n_pos, n_neg = _counts(y)
+    s, y = check_pair(scores, labels)
+    confidence = check_confidence(confidence)
+    n_resamples = check_n_resamples(n_resamples)
+    n_pos, n_neg = class_counts(y)
     method = "stratified-bootstrap-percentile"
-    reason = _undefined(n_pos, n_neg, strict)
+    reason = single_class_reason(n_pos, n_neg, strict)
     if reason is not None:
         return Estimate(None, None, None, 0, method, confidence, int(y.size), n_pos, n_neg, reason)
     gen = np.random.default_rng(rng)
@@ -317,9 +256,9 @@ def roc_curve(
         >>> fpr.tolist(), tpr.tolist()
         ([0.0, 0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0, 1.0])
     """
-    s, y = _check_pair(scores, labels)
-    n_pos, n_neg = _counts(y)
-    if _undefined(n_pos, n_neg, strict) is not None:
+    s, y = check_pair(scores, labels)
+    n_pos, n_neg = class_counts(y)
+    if single_class_reason(n_pos, n_neg, strict) is not None:
         return None
     order = np.argsort(-s, kind="stable")
     s_sorted, y_sorted = s[order], y[order]
@@ -340,7 +279,7 @@ def tpr_at_fpr(
         >>> tpr_at_fpr([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1], fpr=0.0)
         0.5
     """
-    target = _check_rate(fpr, "fpr")
+    target = check_rate(fpr, "fpr")
     curve = roc_curve(scores, labels, strict=strict)
     return None if curve is None else float(curve[1][curve[0] <= target + _TOL].max())
 
@@ -354,7 +293,7 @@ def fpr_at_tpr(
         >>> fpr_at_tpr([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1], tpr=1.0)
         0.5
     """
-    target = _check_rate(tpr, "tpr")
+    target = check_rate(tpr, "tpr")
     curve = roc_curve(scores, labels, strict=strict)
     return None if curve is None else float(curve[0][curve[1] >= target - _TOL].min())
 
@@ -370,7 +309,7 @@ def precision_at_k(scores: npt.ArrayLike, labels: npt.ArrayLike, k: int) -> floa
         >>> precision_at_k([0.9, 0.8, 0.8, 0.1], [1, 0, 1, 1], k=2)
         0.5
     """
-    s, y = _check_pair(scores, labels)
+    s, y = check_pair(scores, labels)
     if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= y.size:
         raise InputError(f"k must be an integer in [1, {y.size}], got {k!r}", field="k")
     top = np.argsort(-s, kind="stable")[: int(k)]
@@ -385,7 +324,7 @@ def threshold_metrics(scores: npt.ArrayLike, labels: npt.ArrayLike, threshold: f
         >>> (m.tp, m.fp, m.tn, m.fn), m.precision, m.recall
         ((2, 1, 1, 0), 0.6666666666666666, 1.0)
     """
-    s, y = _check_pair(scores, labels)
+    s, y = check_pair(scores, labels)
     thr = float(threshold)
     if math.isnan(thr):
         raise InputError("threshold is NaN", field="threshold")
@@ -424,7 +363,7 @@ def summarize(
         >>> summarize([0.1, 0.4], [1, 1])["roc_auc"] is None
         True
     """
-    s, y = _check_pair(scores, labels)
+    s, y = check_pair(scores, labels)
     est = auc_ci(s, y, n_resamples=n_resamples, confidence=confidence, rng=rng)
     both = est.reason is None
     return {

@@ -19,14 +19,14 @@ import numpy.typing as npt
 from scipy.stats import false_discovery_control, rankdata
 
 from mnemoscope.errors import InputError
-from mnemoscope.stats.metrics import (
-    Estimate,
-    _check_confidence,
-    _check_n_resamples,
-    _check_pair,
-    _counts,
-    _undefined,
+from mnemoscope.stats.checks import (
+    check_confidence,
+    check_n_resamples,
+    check_pair,
+    class_counts,
+    single_class_reason,
 )
+from mnemoscope.stats.metrics import Estimate
 
 __all__ = [
     "PermutationResult",
@@ -147,14 +147,14 @@ def permutation_test_auc(
         >>> r.observed, r.pvalue < 0.1
         (1.0, True)
     """
-    s, y = _check_pair(scores, labels)
-    n_permutations = _check_n_resamples(n_permutations, "n_permutations")
+    s, y = check_pair(scores, labels)
+    n_permutations = check_n_resamples(n_permutations, "n_permutations")
     if alternative not in ("greater", "two-sided"):
         raise InputError(
             f"alternative must be 'greater' or 'two-sided', got {alternative!r}", field="alternative"
         )
-    n_pos, n_neg = _counts(y)
-    reason = _undefined(n_pos, n_neg)
+    n_pos, n_neg = class_counts(y)
+    reason = single_class_reason(n_pos, n_neg)
     if reason is not None:
         raise InputError(f"permutation test of ROC-AUC needs both classes: {reason}", field="labels")
     gen = np.random.default_rng(rng)
@@ -256,8 +256,8 @@ def bootstrap_ci(
         raise InputError("values must have at least one row", field="values")
     if not np.isfinite(x).all():
         raise InputError("values contain NaN or inf", field="values")
-    confidence = _check_confidence(confidence)
-    n_resamples = _check_n_resamples(n_resamples)
+    confidence = check_confidence(confidence)
+    n_resamples = check_n_resamples(n_resamples)
 
     def stat(sample: np.ndarray) -> float:
         v = np.asarray(statistic(sample), dtype=np.float64)

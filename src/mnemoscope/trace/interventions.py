@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,11 +59,15 @@ __all__ = [
     "ablate_attention",
     "ablate_heads",
     "attention_module",
+    "blocks_of",
     "capture_radar",
     "embedding_noise",
+    "gaussian_noise",
     "logit_lens",
     "measure_effects",
     "patch_last_token",
+    "patched_last_token",
+    "perturbed_last_states",
 ]
 
 log = logging.getLogger(__name__)
@@ -170,10 +175,12 @@ class RadarTrace:
 # --------------------------------------------------------------------------- modules
 
 
-def _blocks(lm: LoadedModel) -> Any:
+def blocks_of(lm: LoadedModel) -> Any:
+    """The model's decoder blocks (interventions need the architecture's block path)."""
     if lm.arch is None:
         raise InputError(
-            f"architecture '{lm.info.architecture}' is not in mnemoscope's table; RADAR needs its blocks"
+            f"interventions need known block paths; architecture '{lm.info.architecture}' has no adapter "
+            "(pass adapter=ArchAdapter(...) to load_model)"
         )
     return get_module(lm.model, lm.arch.blocks)
 
@@ -198,8 +205,11 @@ def attention_module(block: Any) -> torch.nn.Module:
 
 
 def _replace_first(output: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """A module output with its first element (the hidden states) replaced by ``fn`` of it."""
     if isinstance(output, tuple):
         return (fn(output[0]), *output[1:])
+    if isinstance(output, list):
+        return [fn(output[0]), *output[1:]]
     return fn(output)
 
 
@@ -249,15 +259,27 @@ def ablate_heads(blocks: Any, n_heads: int, rows: dict[tuple[int, int], list[int
 
 
 def patch_last_token(
-    blocks: Any, rows_by_state: dict[int, list[int]], states: torch.Tensor
+    blocks: Any, rows_by_state: Mapping[int, Sequence[int]], states: torch.Tensor | Mapping[int, torch.Tensor]
 ) -> list[HookSpec]:
-    """Set the last token's output of block ``l - 1`` (= residual state ``l``) to ``states[l]`` in rows ``rows_by_state[l]``."""
+    """Set the last token's output of block ``l - 1`` (= residual state ``l``) to ``states[l]`` in
+    batch rows ``rows_by_state[l]``.
+
+    ``states[l]`` is one vector ``[d]`` for all those rows (RADAR's patching from a corrupted
+    run) or one per row ``[len(rows) d]`` (CRM's ``h_c <- h_0``). Sequences are left-padded.
+    """
     specs = []
     for state, rows in rows_by_state.items():
-        if not 1 <= state < states.shape[0]:
-            raise ValueError(f"state index {state} out of range 1..{states.shape[0] - 1}")
-        idx = torch.tensor(rows, dtype=torch.long)
+        if not 1 <= state <= len(blocks):
+            raise InputError(
+                f"patch layer {state} out of range: block outputs are hidden-state rows 1..{len(blocks)}",
+                field="layers",
+            )
+        idx = torch.tensor(list(rows), dtype=torch.long)
         value = states[state]
+        if value.ndim == 2 and value.shape[0] != len(idx):
+            raise InputError(
+                f"patch values for layer {state} must be [{len(idx)}, d], got {tuple(value.shape)}"
+            )
 
         def hook(
             module: Any, args: Any, output: Any, idx: torch.Tensor = idx, value: torch.Tensor = value
@@ -365,7 +387,7 @@ def measure_effects(
     cfg = config or RadarCaptureConfig(measured=True)
     tracer = tracer or Tracer(lm)
     seq = [int(s) for s in seq]
-    blocks = _blocks(lm)
+    blocks = blocks_of(lm)
     n_layers = len(blocks)
 
     # clean run (row 0), recording each layer's attention output and the last block's output
@@ -496,3 +518,96 @@ def capture_radar(
             )
         )
     return out
+
+
+# --------------------------------------------------------------------------- CRM's causal interventions
+#
+# CRM's causal analyses (paper section 4.4, app. J) as context managers. Layers are named by
+# hidden-state row (1..L, as in mnemoscope.trace.types): row l is the output of block l - 1
+# (0-based), so row L is perturbed *before* the final norm. Sequences are left-padded.
+
+
+def _check_rows(rows: Sequence[int], n_blocks: int) -> list[int]:
+    out = sorted({int(r) for r in rows})
+    bad = [r for r in out if not 1 <= r <= n_blocks]
+    if bad or not out:
+        raise InputError(
+            f"intervention layer(s) {bad or '[]'} out of range: block outputs are hidden-state rows 1..{n_blocks}",
+            field="layers",
+        )
+    return out
+
+
+@contextmanager
+def gaussian_noise(
+    lm: LoadedModel,
+    rows: Sequence[int],
+    eps: float,
+    lengths: Sequence[int],
+    generator: torch.Generator,
+) -> Iterator[None]:
+    """Add ``eps * sigma(h) * N(0, 1)`` to the outputs of blocks ``rows`` at every real position.
+
+    ``sigma(h)`` is the standard deviation of that block output over the sequence's own
+    (non-pad) positions and hidden dimensions, per sequence: the paper computes it
+    "batch-wise", which would make the noise depend on which other prompts share the batch.
+
+    Args:
+        rows: hidden-state rows ``1..L``.
+        eps: noise scale relative to each sequence's activation standard deviation.
+        lengths: real (unpadded) length of each batch row; the batch is left-padded.
+        generator: CPU generator (seeded by the caller), so runs are reproducible.
+    """
+    if eps < 0:
+        raise InputError(f"eps must be >= 0, got {eps}", field="eps")
+    blocks = blocks_of(lm)
+    chosen = _check_rows(rows, len(blocks))
+
+    def noisy(h: torch.Tensor) -> torch.Tensor:
+        b, width, _ = h.shape
+        mask = torch.zeros(b, width, 1, dtype=h.dtype, device=h.device)
+        for i, n in enumerate(lengths):
+            mask[i, width - n :] = 1
+        n_el = mask.sum(dim=(1, 2)) * h.shape[-1]
+        mean = (h * mask).sum(dim=(1, 2)) / n_el
+        var = (((h - mean[:, None, None]) * mask) ** 2).sum(dim=(1, 2)) / n_el
+        sigma = var.sqrt()[:, None, None]
+        noise = torch.randn(h.shape, generator=generator, dtype=torch.float32).to(h.device, h.dtype)
+        return h + eps * sigma * noise * mask
+
+    def hook(module: Any, args: Any, output: Any) -> Any:
+        return _replace_first(output, noisy)
+
+    with registered_hooks([HookSpec(blocks[r - 1], hook) for r in chosen]):
+        yield
+
+
+@contextmanager
+def patched_last_token(lm: LoadedModel, row: int, values: torch.Tensor) -> Iterator[None]:
+    """Hold :func:`patch_last_token` of every batch row: block ``row``'s output at the last
+    position becomes ``values [b d]`` (CRM's activation patching ``h_c <- h_0``)."""
+    blocks = blocks_of(lm)
+    (r,) = _check_rows([row], len(blocks))
+    with registered_hooks(patch_last_token(blocks, {r: range(values.shape[0])}, {r: values})):
+        yield
+
+
+def perturbed_last_states(
+    tracer: Any,
+    seqs: Sequence[Sequence[int]],
+    intervention: Callable[[list[int]], Any] | None,
+) -> np.ndarray:
+    """``[b layer d]`` last-token hidden states of one batch under an intervention.
+
+    ``intervention(lengths)`` returns the context manager to hold during the forward
+    (``None`` = clean). The tracer's capture hooks are registered after the intervention's,
+    so they record the perturbed states.
+    """
+    lengths = [len(s) for s in seqs]
+    if intervention is None:
+        res = tracer.forward(seqs, hidden="last", keep_logits=0)
+    else:
+        with intervention(lengths):
+            res = tracer.forward(seqs, hidden="last", keep_logits=0)
+    assert res.hidden is not None
+    return res.hidden.float().cpu().numpy()  # type: ignore[no-any-return]

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from mnemoscope.divergence import kl_logprobs
 from mnemoscope.errors import InputError
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import HiddenMode, Tracer, batch_ranges, to_numpy
@@ -213,9 +214,7 @@ def _kl_both(
     """(log p_with, log p_without, KL(with || without), KL(without || with)) per step, in float64."""
     lw = logits_with.double().log_softmax(-1)
     lo = logits_without.double().log_softmax(-1)
-    kl = (lw.exp() * (lw - lo)).sum(-1).clamp(min=0.0)
-    kl_rev = (lo.exp() * (lo - lw)).sum(-1).clamp(min=0.0)
-    return lw, lo, kl, kl_rev
+    return lw, lo, kl_logprobs(lw, lo), kl_logprobs(lo, lw)
 
 
 def step_stats(

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from mnemoscope.errors import TraceStoreError
+from mnemoscope.io import atomic_savez, atomic_write_json
 from mnemoscope.trace.types import CRMExtras, PairTrace, PromptTrace
 
 __all__ = ["TraceSet", "TraceWriter", "load_traces", "save_traces"]
@@ -62,15 +63,6 @@ def _decode(cls: type[Any], data: Any, row: int) -> Any:
             v = scalars[f.name]
             kwargs[f.name] = tuple(v) if isinstance(v, list) and "tuple" in str(f.type) else v
     return cls(**kwargs)
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _append_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -146,7 +138,7 @@ class TraceWriter:
                 for shard in (self.folder / "shards").glob("*.npz"):
                     shard.unlink()
             (self.folder / "shards").mkdir(parents=True, exist_ok=True)
-            _write_json_atomic(
+            atomic_write_json(
                 meta_path,
                 {
                     "format": FORMAT,
@@ -167,13 +159,7 @@ class TraceWriter:
             a, _ = _encode(t, row)
             arrays.update(a)
         name = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}.npz"
-        final = self.folder / "shards" / name
-        tmp = final.with_name("." + name + ".tmp")
-        with tmp.open("wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        atomic_savez(self.folder / "shards" / name, arrays)
         ident = [getattr(t, "id", None) for t in traces]
         _append_lines(
             self.folder / "index.jsonl",

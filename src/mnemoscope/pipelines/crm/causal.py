@@ -33,8 +33,8 @@ from mnemoscope.detectors.crm import crm_pipeline
 from mnemoscope.errors import InputError
 from mnemoscope.features.crm import CRMData
 from mnemoscope.models.loader import LoadedModel
-from mnemoscope.pipelines.crm.eval import CRMEvalConfig, _lts_kw, run_method
-from mnemoscope.trace.perturb import gaussian_noise, patch_last_token, perturbed_last_states
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, lts_kwargs, run_method
+from mnemoscope.trace.interventions import gaussian_noise, patched_last_token, perturbed_last_states
 from mnemoscope.trace.tracer import Tracer, batch_ranges
 from mnemoscope.trace.types import PairTrace
 
@@ -76,7 +76,7 @@ def _states(
 
 def _l3_auc(data: CRMData, disp: np.ndarray, y: np.ndarray, c: CRMEvalConfig) -> dict[str, Any]:
     d = replace(data, disp=disp)
-    cv = run_method(crm_pipeline(levels=("l3",), **_lts_kw(c)), d, y, c)
+    cv = run_method(crm_pipeline(levels=("l3",), **lts_kwargs(c)), d, y, c)
     return {"roc_auc": cv.auc.estimate, "roc_auc_ci": [cv.auc.ci_low, cv.auc.ci_high]}
 
 
@@ -165,7 +165,7 @@ def causal_analyses(
 
         def make_patch(k: int, lengths: list[int], row: int = row, vals: torch.Tensor = vals) -> Any:
             idx = list(batch_ranges(len(ids_w), batch_size))[k]
-            return patch_last_token(lm, row, vals[list(idx)])
+            return patched_last_token(lm, row, vals[list(idx)])
 
         pw = _states(tracer, ids_w, batch_size, make_patch)
         r = _l3_auc(data, pw - ho, y, c)

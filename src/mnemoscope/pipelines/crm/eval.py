@@ -45,7 +45,7 @@ from mnemoscope.features.tokens import TokenStats
 from mnemoscope.stats import auc_ci, calibration_split, cross_val_scores, paper_protocol_cv
 from mnemoscope.stats.cv import CVResult
 
-__all__ = ["CRMEvalConfig", "MethodSpec", "crm_methods", "evaluate", "run_method"]
+__all__ = ["CRMEvalConfig", "MethodSpec", "crm_methods", "evaluate", "lts_kwargs", "run_method"]
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,13 @@ class MethodSpec:
     needs: tuple[str, ...] = ()
 
 
-def _lts_kw(c: CRMEvalConfig) -> dict[str, Any]:
+def lts_kwargs(c: CRMEvalConfig) -> dict[str, Any]:
     return {"direction": c.direction, "selection": c.selection, "variance_threshold": c.variance_threshold}
 
 
 def crm_methods(c: CRMEvalConfig, data: CRMData) -> list[MethodSpec]:
     """The methods of the paper's Tables 1, 2, 10-13 and appendix F/Q/S that ``data`` supports."""
-    kw = _lts_kw(c)
+    kw = lts_kwargs(c)
     has_l1 = "l1_embed_dist" in data.surface_names
     full: tuple[Level, ...] = ("l1", "l2", "l3") if has_l1 else ("l2", "l3")
     surf: tuple[Level, ...] = ("l1", "l2") if has_l1 else ("l2",)
@@ -330,7 +330,7 @@ def evaluate(
         for layer in proj.layers_:
             if proj.layers_.size < 2:
                 break
-            pipe = crm_pipeline(levels=("l3",), exclude=(int(layer),), **_lts_kw(c))
+            pipe = crm_pipeline(levels=("l3",), exclude=(int(layer),), **lts_kwargs(c))
             est = run_method(pipe, data, y, c, cal).auc.estimate
             rows.append(
                 {
@@ -349,7 +349,7 @@ def evaluate(
 
     def pc_rank() -> list[dict[str, Any]]:
         return [
-            {"rank": r, **_entry(run_method(crm_pipeline(levels=("l3",), **{**_lts_kw(c), "direction": "pc", "pc_rank": r}), data, y, c, cal))}
+            {"rank": r, **_entry(run_method(crm_pipeline(levels=("l3",), **{**lts_kwargs(c), "direction": "pc", "pc_rank": r}), data, y, c, cal))}
             for r in range(1, c.pc_ranks + 1)
         ]  # fmt: skip
 
@@ -399,7 +399,7 @@ def permutation_control(
     aucs: list[float] = []
     for _ in range(c.n_permutations):
         yp = gen.permutation(y)
-        pipe = crm_pipeline(levels=levels, **_lts_kw(c))
+        pipe = crm_pipeline(levels=levels, **lts_kwargs(c))
         auc = run_method(pipe, data.with_labels(yp), yp, c, cal).auc.estimate
         aucs.append(float("nan") if auc is None else auc)
     return {"aucs": aucs, "mean": float(np.mean(aucs)), "std": float(np.std(aucs)), "n": c.n_permutations}
@@ -412,7 +412,7 @@ def template_control(template_data: Mapping[str, CRMData], c: CRMEvalConfig) -> 
         y = _check(d, c)
         has_l1 = "l1_embed_dist" in d.surface_names
         cv = run_method(
-            crm_pipeline(levels=("l1", "l2", "l3") if has_l1 else ("l2", "l3"), **_lts_kw(c)), d, y, c
+            crm_pipeline(levels=("l1", "l2", "l3") if has_l1 else ("l2", "l3"), **lts_kwargs(c)), d, y, c
         )
         per[name] = _entry(cv, n=len(y))
     aucs = [v["roc_auc"] for v in per.values()]
@@ -446,7 +446,7 @@ def same_topic_control(
         return out
     has_l1 = "l1_embed_dist" in data.surface_names
     for name, levels in (("crm_lr", ("l1", "l2", "l3") if has_l1 else ("l2", "l3")), ("crm_l3_lr", ("l3",))):
-        cv = run_method(crm_pipeline(levels=levels, **_lts_kw(c)), sub, ys, c)
+        cv = run_method(crm_pipeline(levels=levels, **lts_kwargs(c)), sub, ys, c)
         full = report.get(name, {}).get("roc_auc")
         out[name] = _entry(cv, delta=None if full is None else cv.auc.estimate - full)  # type: ignore[operator]
     return out

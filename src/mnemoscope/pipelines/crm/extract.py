@@ -27,14 +27,16 @@ import torch
 from tqdm.auto import tqdm
 
 from mnemoscope.data.records import Record, RecordError
+from mnemoscope.divergence import kl_logprobs
 from mnemoscope.errors import InputError, TraceStoreError
 from mnemoscope.features.crm import CRMData, crm_data_from_pairs
 from mnemoscope.features.tokens import TokenStats
-from mnemoscope.models.arch import get_module
+from mnemoscope.io import atomic_savez, atomic_write_json
 from mnemoscope.models.loader import LoadedModel
+from mnemoscope.trace.interventions import logit_lens
 from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.pipeline import RunSummary, run_pairs
-from mnemoscope.trace.store import TraceWriter, _write_json_atomic, load_traces
+from mnemoscope.trace.store import TraceWriter, load_traces
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Capture, Tracer, batch_ranges
 from mnemoscope.trace.types import CRMExtras, PairTrace
@@ -156,28 +158,20 @@ def _context_span(tokenizer: Any, prompt: str, context: str, ids: list[int]) -> 
 
 
 class _LogitLens:
-    """Final norm + LM head applied to stored hidden states (no forward pass)."""
+    """The logit lens (:func:`~mnemoscope.trace.interventions.logit_lens`) on stored hidden states."""
 
     def __init__(self, lm: LoadedModel):
-        self.norm = get_module(lm.model, lm.arch.final_norm) if lm.arch and lm.arch.final_norm else None
-        self.head = lm.model.get_output_embeddings()
-        if self.head is None:
+        if lm.model.get_output_embeddings() is None:
             raise InputError("the model has no output embeddings (LM head); the logit lens needs one")
-        self.device = lm.device
+        self.lm = lm
 
-    @torch.no_grad()
     def log_probs(self, h: np.ndarray) -> torch.Tensor:
         """``[layer d]`` hidden states (HF convention: the last row is already normed) -> log-probs."""
-        x = torch.from_numpy(np.ascontiguousarray(h)).to(self.device, torch.float32)
-        w = next(self.head.parameters())
-        x = x.to(w.dtype)
-        if self.norm is not None:
-            x = torch.cat([self.norm(x[:-1]), x[-1:]], dim=0)
-        return self.head(x).double().log_softmax(-1)
+        x = torch.from_numpy(np.ascontiguousarray(h)).float()
+        return torch.cat([logit_lens(self.lm, x[:-1], "final_norm"), logit_lens(self.lm, x[-1:], "raw")])
 
     def kl(self, h_with: np.ndarray, h_without: np.ndarray) -> np.ndarray:
-        lw, lo = self.log_probs(h_with), self.log_probs(h_without)
-        return (lw.exp() * (lw - lo)).sum(-1).clamp(min=0.0).cpu().numpy()  # type: ignore[no-any-return]
+        return kl_logprobs(self.log_probs(h_with), self.log_probs(h_without)).cpu().numpy()  # type: ignore[no-any-return]
 
 
 def _extras_batch(
@@ -307,7 +301,7 @@ def _run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: b
                 have[str(k)] = (z["with"][i], z["without"][i])
     todo = [p for p in pairs if p.id not in have]
     if todo:
-        from mnemoscope.features.embedding import load_embedder
+        from mnemoscope.models.embedder import load_embedder
 
         emb = load_embedder(spec)
         log.info("Level-1 embeddings of %d answer pairs with %s", len(todo), emb.name)
@@ -317,14 +311,15 @@ def _run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: b
             have[p.id] = (a, b)
         ids = sorted(have)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.stem + ".tmp.npz")
-        np.savez(
-            tmp,
-            ids=np.array(ids),
-            embedder=np.array(emb.name),
-            **{"with": np.stack([have[i][0] for i in ids]), "without": np.stack([have[i][1] for i in ids])},  # type: ignore[arg-type]
+        atomic_savez(
+            path,
+            {
+                "ids": np.array(ids),
+                "embedder": np.array(emb.name),
+                "with": np.stack([have[i][0] for i in ids]),
+                "without": np.stack([have[i][1] for i in ids]),
+            },
         )
-        tmp.replace(path)
     return path
 
 
@@ -381,7 +376,7 @@ def extract(
         "n_gradients_computed": n_grad,
         "embeddings": None if emb_path is None else emb_path.name,
     }
-    _write_json_atomic(out / "extract.json", info)
+    atomic_write_json(out / "extract.json", info)
     return info
 
 

@@ -26,21 +26,15 @@ from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm import ClassifierKind, crm_pipeline
 from mnemoscope.detectors.crm_artifact import FittedCRM, from_pipeline, save_crm
 from mnemoscope.errors import InputError
+from mnemoscope.io import atomic_write_json
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, run_method
 from mnemoscope.pipelines.crm.extract import CRMExtractConfig, CRMFolder, extract, load_folder
-from mnemoscope.trace.store import _write_json_atomic
+from mnemoscope.report.figures import save_figure
 
 __all__ = ["fit_artifact", "fit_crm", "run_eval", "write_report"]
 
 log = logging.getLogger(__name__)
-
-
-def _save_fig(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
 
 
 def write_report(report: dict[str, Any], out: str | Path, *, title: str = "CRM evaluation") -> None:
@@ -50,15 +44,15 @@ def write_report(report: dict[str, Any], out: str | Path, *, title: str = "CRM e
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(out / "report.json", report)
+    atomic_write_json(out / "report.json", report)
     (out / "report.md").write_text(crm_markdown(report, title))
     a = report.get("analyses", {})
     if a.get("layer_sweep", {}).get("layers"):
-        _save_fig(layer_auc_figure({title: a["layer_sweep"]}), out / "layer_auc.png")
+        save_figure(layer_auc_figure({title: a["layer_sweep"]}), out / "layer_auc.png", dpi=130)
     if a.get("lts_trajectories", {}).get("layers"):
-        _save_fig(lts_trajectory_figure(a["lts_trajectories"]), out / "lts_trajectory.png")
+        save_figure(lts_trajectory_figure(a["lts_trajectories"]), out / "lts_trajectory.png", dpi=130)
     if a.get("causal", {}).get("noise"):
-        _save_fig(noise_figure(a["causal"]), out / "noise.png")
+        save_figure(noise_figure(a["causal"]), out / "noise.png", dpi=130)
     sc = report.get("oof_scores", {})
     if sc:
         y = np.asarray(sc["labels"])
@@ -71,7 +65,7 @@ def write_report(report: dict[str, Any], out: str | Path, *, title: str = "CRM e
         if best and best in report and "oof_scores" in report:
             pass  # likelihood scores are not cross-validated; their AUC is in the table
         if panel:
-            _save_fig(roc_figure({title: panel}), out / "roc.png")
+            save_figure(roc_figure({title: panel}), out / "roc.png", dpi=130)
 
 
 def run_eval(
@@ -110,7 +104,7 @@ def run_eval(
         template_data[t] = load_folder(out / f"traces-{t}", keep_without=False).data
     ctx_emb = None
     if same_topic and ec.embedder != "none":
-        from mnemoscope.features.embedding import load_embedder
+        from mnemoscope.models.embedder import load_embedder
 
         ctx_emb = load_embedder(ec.embedder).encode([p.context for p in folder.pairs])
     report = evaluate(

@@ -106,9 +106,9 @@ def load_embedder(spec: str = "default", *, device: str = "cpu") -> Embedder:
         return Embedder(target, model)
     except (OSError, ValueError):
         pass
-    from mnemoscope.models.loader import _hub_reachable
+    from mnemoscope.models.loader import hub_reachable
 
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable():
         raise ModelLoadError(
             f"embedder '{target}' is not in the local Hugging Face cache and the hub is unreachable; "
             "use --embedder default (the packaged all-MiniLM-L6-v2) or a local folder"
