@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Services the full test suite uses beyond Python: PostgreSQL (the audit log's optional
-# backend) and Chromium (the dashboard's browser test), from Debian packages.
-# Idempotent. Prints the export line for MNEMOSCOPE_TEST_PG_URL; source-safe:
+# backend) and Chromium (the dashboard's browser test), from Debian packages; Arize Phoenix
+# (the tracing integration's end-to-end test) in its own virtualenv.
+# Idempotent. Prints the export lines for MNEMOSCOPE_TEST_PG_URL and MNEMOSCOPE_PHOENIX; source-safe:
 #   eval "$(bash scripts/ci_services.sh)"
 set -euo pipefail
 log() { echo "[ci_services] $*" >&2; }
@@ -25,5 +26,16 @@ fi
 PORT="$(pg_lsclusters -h | awk -v v="$VER" '$1==v && $2=="main" {print $3}')"
 $SUDO su postgres -c "psql -q -p $PORT -tc \"SELECT 1 FROM pg_roles WHERE rolname='mnemoscope'\" | grep -q 1 || psql -q -p $PORT -c \"CREATE ROLE mnemoscope LOGIN SUPERUSER PASSWORD 'mnemoscope'\"" >&2
 $SUDO su postgres -c "psql -q -p $PORT -tc \"SELECT 1 FROM pg_database WHERE datname='mnemoscope_test'\" | grep -q 1 || createdb -p $PORT -O mnemoscope mnemoscope_test" >&2
-log "PostgreSQL $VER on port $PORT, Chromium $(/usr/bin/chromium --version 2>/dev/null | head -1)"
+# Arize Phoenix (the tracing server tests/test_phoenix.py exports audit spans to) lives in its own
+# virtualenv: it pins its own fastapi/sqlalchemy/grpcio/... and must not touch the project's
+# environment. ~2.5 min and ~850 MB the first time; the test starts and stops the server itself.
+PHOENIX_VENV="${MNEMOSCOPE_PHOENIX_VENV:-$HOME/.cache/mnemoscope-phoenix-venv}"
+PHOENIX_VERSION="20.26.1"
+if ! "$PHOENIX_VENV/bin/python" -c "import sys, phoenix; sys.exit(phoenix.__version__ != '$PHOENIX_VERSION')" >/dev/null 2>&1; then
+  log "installing arize-phoenix $PHOENIX_VERSION into $PHOENIX_VENV"
+  "${PYTHON:-python3}" -m venv "$PHOENIX_VENV" >&2
+  "$PHOENIX_VENV/bin/pip" install -q --disable-pip-version-check "arize-phoenix==$PHOENIX_VERSION" >&2
+fi
+log "PostgreSQL $VER on port $PORT, Chromium $(/usr/bin/chromium --version 2>/dev/null | head -1), Phoenix $PHOENIX_VERSION in $PHOENIX_VENV"
 echo "export MNEMOSCOPE_TEST_PG_URL=postgresql://mnemoscope:mnemoscope@127.0.0.1:$PORT/mnemoscope_test"
+echo "export MNEMOSCOPE_PHOENIX=$PHOENIX_VENV/bin/phoenix"
