@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mnemoscope.provenance import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # --------------------------------------------------------------------------- the large prompt set
@@ -655,6 +657,7 @@ def run(args: argparse.Namespace) -> None:
     result["contamination"] = contamination
     timings["total_s"] = time.perf_counter() - t_start
     result["timings"] = timings
+    result["provenance"] = provenance()
     (out / "report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     print(json.dumps(_summary(result), indent=1))
 

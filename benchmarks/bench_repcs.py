@@ -19,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
+from mnemoscope.provenance import provenance
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -84,6 +86,7 @@ def main() -> None:
             f"({s['overhead_full_trace_pct']}%); mean tokens {s['mean_generated_tokens']:.1f}"
         )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    result["provenance"] = provenance()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"written to {args.out}")
 

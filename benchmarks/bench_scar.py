@@ -41,6 +41,7 @@ from mnemoscope.pipelines.scar import (
     extract_signals,
     read_battery,
 )
+from mnemoscope.provenance import provenance
 from mnemoscope.report.scar_card import write_card
 from mnemoscope.stats import roc_auc
 
@@ -339,6 +340,7 @@ def evaluate(
             m: len(set(_injected(m)) & {r.id for r in bats["arith"]}) for m in ("c01", "c05", "c10")
         },
     }
+    summary["provenance"] = provenance()
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 

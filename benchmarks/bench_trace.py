@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mnemoscope.provenance import provenance
+
 N_PROMPTS, PROMPT_TOKENS, BATCH = 64, 256, 8
 
 
@@ -229,6 +231,7 @@ def main() -> None:
     }
     result["forward"] = bench_forward(args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    result["provenance"] = provenance()
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     f, ld, m = result["forward"], result["load"], result["memory"]
     print(f"machine: {result['machine']}")

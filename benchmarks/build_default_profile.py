@@ -18,24 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from mnemoscope.provenance import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "verdict"
-
-
-def provenance() -> dict[str, str]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return {
-        "git_commit": commit,
-        "command": " ".join(["python", *sys.argv]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
 
 
 def split_by_fact(items: list[dict], seed: int, test_fraction: float) -> tuple[list[str], list[str]]:

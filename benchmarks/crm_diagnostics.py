@@ -31,6 +31,7 @@ from mnemoscope.bench.suites import membership_documents
 from mnemoscope.detectors.crm import crm_pipeline
 from mnemoscope.features.crm import CRMData
 from mnemoscope.models import load_model
+from mnemoscope.provenance import provenance
 from mnemoscope.stats import auc_ci, cross_val_scores
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Capture, Tracer
@@ -119,7 +120,7 @@ def main() -> None:
     res["per_layer_probe_auc"] = table
     res["seconds"] = time.perf_counter() - t0
     with open(args.out, "w") as f:
-        json.dump(res, f, indent=1, default=str)
+        json.dump({**res, "provenance": provenance()}, f, indent=1, default=str)
     print(json.dumps({k: v for k, v in res.items() if k not in ("model", "per_layer_probe_auc")}, indent=1))
     for layer, row in table.items():
         print(layer, {k: round(v, 3) for k, v in row.items()})

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mnemoscope.models.embedder import load_embedder
 from mnemoscope.models import load_model
+from mnemoscope.models.embedder import load_embedder
 from mnemoscope.pipelines.crm.causal import causal_analyses, default_blocks, vocab_back_projection
 from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, template_control
 from mnemoscope.pipelines.crm.extract import load_folder

@@ -41,6 +41,7 @@ from mnemoscope.bench.suites import membership_documents
 from mnemoscope.data.records import DEFAULT_QUERY_CHARS
 from mnemoscope.models import load_model
 from mnemoscope.models.arch import get_module
+from mnemoscope.provenance import provenance
 from mnemoscope.stats import auc_ci, cross_val_scores
 from mnemoscope.trace.templates import PromptBuilder
 
@@ -159,7 +160,7 @@ def main() -> None:
     }
     res["seconds"] = time.perf_counter() - t0
     with open(args.out, "w") as f:
-        json.dump(res, f, indent=1, default=str)
+        json.dump({**res, "provenance": provenance()}, f, indent=1, default=str)
     print(json.dumps({k: v for k, v in res.items() if k != "model"}, indent=1))
 
 

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from mnemoscope.detectors.crm import crm_pipeline
 from mnemoscope.pipelines.crm.eval import CRMEvalConfig, lts_kwargs, permutation_control, run_method
 from mnemoscope.pipelines.crm.extract import load_folder
+from mnemoscope.provenance import provenance
 
 
 def main() -> None:
@@ -79,7 +80,7 @@ def main() -> None:
         print(name, json.dumps(out[name]["permutation"]), f"seed mean {np.mean(seeds):.3f}", flush=True)
     out["seconds"] = time.perf_counter() - t0
     with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=1)
+        json.dump({**out, "provenance": provenance()}, fh, indent=1)
 
 
 if __name__ == "__main__":

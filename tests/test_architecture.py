@@ -32,6 +32,7 @@ RANK = {
     "": 0,
     "errors": 0,
     "io": 0,
+    "provenance": 0,
     "divergence": 0,
     "paths": 0,
     "registry": 0,

@@ -268,8 +268,14 @@ def _eval(args: argparse.Namespace) -> int:
         n_resamples=args.n_resamples,
         importance=not args.no_importance,
     )
+    from mnemoscope.provenance import provenance
+
     report.update(
-        model=lm.info.to_dict(), train=train_src, test=args.test, settings=settings_dict(capture, fcfg)
+        model=lm.info.to_dict(),
+        train=train_src,
+        test=args.test,
+        settings=settings_dict(capture, fcfg),
+        provenance=provenance(),
     )
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     with (out / "predictions.jsonl").open("w") as fh:

@@ -29,6 +29,7 @@ from mnemoscope.errors import InputError
 from mnemoscope.features.tokens import TokenStats
 from mnemoscope.io import atomic_savez
 from mnemoscope.models.loader import LoadedModel
+from mnemoscope.provenance import provenance as run_provenance
 
 __all__ = ["DEFAULT_METHODS", "LeaderboardConfig", "LeaderboardResult", "run_leaderboard"]
 
@@ -276,6 +277,7 @@ def run_leaderboard(
         "seconds": time.perf_counter() - t0,
         "python": platform.python_version(),
         **(provenance or {}),
+        "provenance": run_provenance(),
     }
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
     return LeaderboardResult(entries=entries, scores=all_scores, labels=labels, warnings=warnings)

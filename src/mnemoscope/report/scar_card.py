@@ -58,7 +58,9 @@ def write_card(
     ``plots``) one PNG per figure of :data:`mnemoscope.report.scar_plots.FIGURES`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    card = card_dict(result, extra_settings)
+    from mnemoscope.provenance import provenance
+
+    card = {**card_dict(result, extra_settings), "provenance": provenance()}
     (out / "card.json").write_text(json.dumps(card, indent=1))
     names = list(result.per_layer)
     with (out / "per_layer.csv").open("w", newline="") as f:

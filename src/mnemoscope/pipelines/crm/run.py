@@ -30,6 +30,7 @@ from mnemoscope.io import atomic_write_json
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, run_method
 from mnemoscope.pipelines.crm.extract import CRMExtractConfig, CRMFolder, extract, load_folder
+from mnemoscope.provenance import provenance
 from mnemoscope.report.figures import save_figure
 
 __all__ = ["fit_artifact", "fit_crm", "run_eval", "write_report"]
@@ -44,6 +45,8 @@ def write_report(report: dict[str, Any], out: str | Path, *, title: str = "CRM e
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if "provenance" not in report:
+        report = {**report, "provenance": provenance()}
     atomic_write_json(out / "report.json", report)
     (out / "report.md").write_text(crm_markdown(report, title))
     a = report.get("analyses", {})
