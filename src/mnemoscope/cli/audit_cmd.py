@@ -138,9 +138,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--input needs --out DIR", field="out")
 
     from mnemoscope.cli.main import load_from_args
+    from mnemoscope.integrations import otel
     from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
     from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
+    otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
     lm = load_from_args(args)
     profile = load_profile(args.profile or default_profile_path(lm.info), model=lm.info)
     auditor = Auditor(lm, profile, rule=args.rule, batch_size=args.batch_size)

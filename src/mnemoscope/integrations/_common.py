@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +23,7 @@ __all__ = [
     "AuditRecord",
     "Generator",
     "audit_pair",
+    "clear_audit_cache",
     "fit_context",
     "load_auditor",
 ]
@@ -58,6 +60,7 @@ class AuditRecord:
     trace_id: str | None = None
     run_id: str | None = None
     root_run_id: str | None = None
+    audited_while_generating: bool = False
 
     @property
     def source(self) -> str | None:
@@ -84,12 +87,17 @@ class AuditRecord:
             "trace_id": self.trace_id,
             "run_id": self.run_id,
             "root_run_id": self.root_run_id,
+            "audited_while_generating": self.audited_while_generating,
             "audit": self.audit,
         }
 
 
 def load_auditor(auditor: Any) -> Any:
-    """An :class:`Auditor` as given, or built from a model spec (``"default"``)."""
+    """An :class:`Auditor` as given, or built from a model spec (``"default"``); audit spans are
+    registered when the ``OTEL_EXPORTER_OTLP_*`` environment turns them on."""
+    from mnemoscope.integrations import otel
+
+    otel.install()
     if isinstance(auditor, str):
         from mnemoscope.pipelines.audit import Auditor
 
@@ -131,6 +139,31 @@ def fit_context(
 
 
 _AUDIT_LOCK = threading.Lock()  # one model, two cores: audits from parallel chain steps run in turn
+
+# Audits made while the auditor's own model answered (Generator.complete): the handler that
+# pairs the same (query, context, answer) takes the result instead of auditing again.
+_RECENT: OrderedDict[tuple[int, str, str, str], Any] = OrderedDict()
+_RECENT_MAX = 256
+
+
+def _remember(auditor: Any, query: str, context: str, answer: str, result: Any) -> None:
+    with _AUDIT_LOCK:
+        _RECENT[(id(auditor), query, context, answer.strip())] = result
+        while len(_RECENT) > _RECENT_MAX:
+            _RECENT.popitem(last=False)
+
+
+def clear_audit_cache() -> None:
+    """Forget the audits kept from generation (they are only reused for identical inputs)."""
+    with _AUDIT_LOCK:
+        _RECENT.clear()
+
+
+def _recall(auditor: Any, query: str, context: str, answer: str | None) -> Any:
+    if answer is None:
+        return None
+    with _AUDIT_LOCK:
+        return _RECENT.pop((id(auditor), query, context, answer.strip()), None)
 
 
 def audit_pair(
@@ -188,8 +221,15 @@ def audit_pair(
         if answer is not None and not answer.strip():
             answer = None  # an empty answer cannot be teacher-forced: the audit generates its own
             attrs["mnemoscope.note"] = "the chain's answer was empty; the audit generated one"
-        with otel.audit_scope(documents=docs, attributes=attrs) as scope, _AUDIT_LOCK:
-            (res,) = auditor.audit([AuditRequest(context, query, answer=answer)])
+        reused = _recall(auditor, query, context, answer)
+        attrs["mnemoscope.audited_while_generating"] = reused is not None
+        with otel.audit_scope(documents=docs, attributes=attrs) as scope:
+            if reused is not None:  # audited while the auditor's own model answered: no second pass
+                otel.emit_audit_span(reused, AuditRequest(context, query), auditor=auditor)
+                res = reused
+            else:
+                with _AUDIT_LOCK:
+                    (res,) = auditor.audit([AuditRequest(context, query, answer=answer)])
         span_id = scope.span_ids[-1] if scope.span_ids else None
         trace_id = scope.trace_ids[-1] if scope.trace_ids else None
         if isinstance(res, AuditFailure):
@@ -199,6 +239,7 @@ def audit_pair(
             )
         return AuditRecord(
             status="ok",
+            audited_while_generating=reused is not None,
             audit=res.to_dict(),
             context=info,
             seconds=time.perf_counter() - t0,
@@ -227,9 +268,10 @@ class Generator:
     profile's template (:meth:`template`), so the chain answers exactly what the audit traces.
     """
 
-    def __init__(self, auditor: Any, max_new_tokens: int | None = None):
+    def __init__(self, auditor: Any, max_new_tokens: int | None = None, *, audit: bool = True):
         self.auditor = auditor
         self.max_new_tokens = max_new_tokens or auditor.profile.max_new_tokens
+        self.audit = audit
 
     @property
     def builder(self) -> Any:
@@ -241,8 +283,53 @@ class Generator:
         text = text.replace("{", "{{").replace("}", "}}")
         return text.replace("\x00C\x00", "{" + context_var + "}").replace("\x00Q\x00", "{" + query_var + "}")
 
+    def parse(self, prompt: str) -> tuple[str, str] | None:
+        """``(context, query)`` when ``prompt`` is the profile's template rendered (else None)."""
+        pre, rest = self.builder.render("\x00C\x00", "\x00Q\x00").split("\x00C\x00")
+        mid, post = rest.split("\x00Q\x00")
+        if not (prompt.startswith(pre) and prompt.endswith(post)) or len(prompt) < len(pre) + len(post):
+            return None
+        body = prompt[len(pre) : len(prompt) - len(post)]
+        start = 0
+        while (i := body.find(mid, start)) >= 0:
+            context, query = body[:i], body[i + len(mid) :]
+            if self.builder.render(context, query) == prompt:
+                return context, query
+            start = i + 1
+        return None
+
     def complete(self, prompt: str, max_new_tokens: int | None = None) -> str:
-        """Greedy continuation of an already rendered prompt (chat-wrapped when the profile says so)."""
+        """Greedy continuation of an already rendered prompt (chat-wrapped when the profile says so).
+
+        When the prompt is the profile's template (:meth:`template`) and ``audit`` is on, the answer
+        is decoded by the audit itself (both paths in one lockstep pass) and the result is kept for
+        the framework's handler, which then does not audit a second time.
+        """
+        if self.audit and (max_new_tokens or self.max_new_tokens) == self.auditor.profile.max_new_tokens:
+            parsed = self.parse(prompt)
+            if parsed is not None and parsed[0].strip():
+                answer = self._audited(*parsed)
+                if answer is not None:
+                    return answer
+        return self._generate(prompt, max_new_tokens)
+
+    def _audited(self, context: str, query: str) -> str | None:
+        from mnemoscope.integrations import otel
+        from mnemoscope.pipelines.audit import AuditRequest, AuditResult
+
+        try:
+            with otel.suppressed(), _AUDIT_LOCK:  # the handler emits the span, with the documents
+                (res,) = self.auditor.audit([AuditRequest(context, query)])
+        except Exception as e:  # generating must not fail because auditing did
+            log.warning("mnemoscope: audit while generating failed, plain generation instead: %s", e)
+            return None
+        if not isinstance(res, AuditResult):
+            return None
+        answer = res.answer.strip()
+        _remember(self.auditor, query, context, answer, res)
+        return answer
+
+    def _generate(self, prompt: str, max_new_tokens: int | None = None) -> str:
         from mnemoscope.pipelines.audit import answer_pieces
 
         b = self.builder

@@ -285,16 +285,22 @@ class MnemoscopeRunnable(Runnable[Any, dict[str, Any]]):
 
 class MnemoscopeLLM(LLM):
     """The auditor's model as a LangChain LLM: greedy, up to the profile's answer length, and
-    wrapped in the model's chat template when the profile uses it (feed it :func:`rag_prompt`)."""
+    wrapped in the model's chat template when the profile uses it (feed it :func:`rag_prompt`).
+
+    With ``audit_while_generating`` (default) a prompt rendered by :func:`rag_prompt` is answered
+    by the audit itself (both paths decoded in one pass) and the callback handler reuses that
+    result instead of auditing the answer a second time (``record.audited_while_generating``).
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     auditor: Any
     max_new_tokens: int | None = None
+    audit_while_generating: bool = True
     _gen: Generator = PrivateAttr()
 
     def __init__(self, auditor: Any = "default", **kw: Any):
         super().__init__(auditor=load_auditor(auditor), **kw)  # type: ignore[call-arg]
-        self._gen = Generator(self.auditor, self.max_new_tokens)
+        self._gen = Generator(self.auditor, self.max_new_tokens, audit=self.audit_while_generating)
 
     @property
     def _llm_type(self) -> str:

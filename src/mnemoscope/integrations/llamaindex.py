@@ -203,16 +203,19 @@ class MnemoscopeEventHandler(BaseEventHandler):
 
 class MnemoscopeLlamaLLM(CustomLLM):
     """The auditor's model as a LlamaIndex ``CustomLLM`` (greedy, the profile's answer length and
-    chat template); pair it with :func:`qa_prompt` so the query engine asks what the audit traces."""
+    chat template); pair it with :func:`qa_prompt` so the query engine asks what the audit traces.
+    With ``audit_while_generating`` (default) such a prompt is answered by the audit itself and the
+    event handler / evaluator reuse that result instead of auditing a second time."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     auditor: Any = None
     max_new_tokens: int | None = None
+    audit_while_generating: bool = True
     _gen: Generator = PrivateAttr()
 
     def __init__(self, auditor: Any = "default", **kw: Any):
         super().__init__(auditor=load_auditor(auditor), **kw)
-        self._gen = Generator(self.auditor, self.max_new_tokens)
+        self._gen = Generator(self.auditor, self.max_new_tokens, audit=self.audit_while_generating)
 
     @property
     def metadata(self) -> LLMMetadata:

@@ -1,9 +1,11 @@
 """One OpenTelemetry span per audit, in OpenInference conventions plus ``mnemoscope.*`` attributes.
 
-**Off by default, free when off.** :func:`on_audit` is called once per
-:meth:`Auditor.audit <mnemoscope.pipelines.audit.Auditor.audit>` call (so the CLI, the server,
-the batch files and the integrations all emit); while tracing is off it returns after one
-boolean check and OpenTelemetry is never imported. Tracing turns on when
+**Off by default, free when off.** :func:`install` (called by ``mnemoscope audit``, the server
+and the integrations' handlers) registers :func:`on_audit` in
+:data:`mnemoscope.pipelines.audit.AUDIT_HOOKS` only when tracing is on; it then runs once per
+:meth:`Auditor.audit <mnemoscope.pipelines.audit.Auditor.audit>` batch (the CLI, the server,
+batch files and the integrations all emit). While tracing is off nothing is registered and
+OpenTelemetry is never imported. Tracing turns on when
 
 * a standard OTLP variable is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; headers, timeout and protocol come from the other
@@ -49,17 +51,17 @@ __all__ = [
     "emit_audit_span",
     "emit_skipped_span",
     "enabled",
-    "now_ns",
+    "install",
     "on_audit",
     "result_attributes",
     "shutdown",
+    "suppressed",
 ]
 
 log = logging.getLogger(__name__)
 
 SPAN_NAME = "mnemoscope.audit"
 INSTRUMENTATION = "mnemoscope"
-now_ns = time.time_ns
 MAX_ATTR_CHARS = 4096  # long contexts are cut in the span (stated in mnemoscope.context.span_chars)
 
 
@@ -84,6 +86,19 @@ class SpanScope:
 _SCOPE: contextvars.ContextVar[SpanScope | None] = contextvars.ContextVar(
     "mnemoscope_span_scope", default=None
 )
+_SUPPRESSED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "mnemoscope_spans_suppressed", default=False
+)
+
+
+@contextlib.contextmanager
+def suppressed() -> Iterator[None]:
+    """No audit spans inside (an integration emits the span itself later, with more context)."""
+    token = _SUPPRESSED.set(True)
+    try:
+        yield
+    finally:
+        _SUPPRESSED.reset(token)
 
 
 class _State:
@@ -232,6 +247,7 @@ def configure(tracer_provider: Any = None, *, attach_to_current: bool = False, e
                 _STATE.provider.shutdown()
         _STATE.provider, _STATE.tracer, _STATE.on = None, None, False
         _STATE.decided = True
+        _register(False)
         if not enabled:
             return
         if tracer_provider is None:
@@ -239,6 +255,26 @@ def configure(tracer_provider: Any = None, *, attach_to_current: bool = False, e
         else:
             _install(tracer_provider, owned=False, attach=attach_to_current)
         _STATE.attach = attach_to_current or _STATE.attach
+        _register(True)
+
+
+def _register(on: bool) -> None:
+    from mnemoscope.pipelines.audit import AUDIT_HOOKS
+
+    while on_audit in AUDIT_HOOKS:
+        AUDIT_HOOKS.remove(on_audit)
+    if on:
+        AUDIT_HOOKS.append(on_audit)
+
+
+def install() -> bool:
+    """Register the span hook on :class:`~mnemoscope.pipelines.audit.Auditor` when tracing is on
+    (environment or :func:`configure`); idempotent. Returns whether spans are on."""
+    on = enabled()
+    if on:
+        with _STATE.lock:
+            _register(True)
+    return on
 
 
 def shutdown() -> None:
@@ -433,8 +469,8 @@ def emit_skipped_span(query: str, reason: str, attributes: dict[str, Any] | None
 
 
 def on_audit(auditor: Any, requests: Sequence[Any], results: Sequence[Any], start_ns: int) -> None:
-    """The hook :meth:`Auditor.audit` calls once per batch: one span per request. Free when off."""
-    if not (_STATE.on if _STATE.decided else enabled()):
+    """The hook :meth:`Auditor.audit` calls once per batch (when registered): one span per request."""
+    if not _STATE.on or _SUPPRESSED.get():
         return
     end_ns = time.time_ns()
     try:

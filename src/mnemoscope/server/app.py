@@ -485,9 +485,11 @@ def _safe(errs: Any) -> list[dict[str, Any]]:
 def _load_engine(settings: ServerSettings) -> Auditor:
     import torch
 
+    from mnemoscope.integrations import otel
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
+    otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
     if settings.threads:
         torch.set_num_threads(settings.threads)
     lm = load_model(settings.model, adapter=settings.adapter, device=settings.device, dtype=settings.dtype)
