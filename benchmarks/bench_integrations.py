@@ -6,11 +6,14 @@ install footprint of each extra.
 answers up to the profile's T). For each question, interleaved so that load drift hits every
 variant alike (the order alternates per question):
 
-* LangChain ``bare``: ``chain.invoke(q)``; ``handler``: the same with
-  ``MnemoscopeCallbackHandler`` (the answer teacher-forced through the audit);
-  ``handler+otel``: the same with audit spans on (OpenTelemetry SDK, batch processor, in-memory
-  exporter: the span-building cost without a network);
-* LlamaIndex ``bare``: ``engine.query(q)``; ``handler``: with ``MnemoscopeEventHandler``.
+* LangChain ``bare``: ``chain.invoke(q)`` (plain greedy generation, no mnemoscope);
+  ``handler_teacher_forced``: the same chain with ``MnemoscopeCallbackHandler``, which audits the
+  chain's answer teacher-forced (what any LLM gets); ``handler_audit_while_generating``: the LLM
+  answers through the audit itself (``MnemoscopeLLM(audit_while_generating=True)``, both paths in
+  one lockstep pass) and the handler reuses that audit; ``...+otel``: the same with audit spans on
+  (OpenTelemetry SDK, batch processor, in-memory exporter: span building without a network);
+* LlamaIndex ``bare``: ``engine.query(q)``; ``handler_teacher_forced`` and
+  ``handler_audit_while_generating`` with ``MnemoscopeEventHandler``, as above.
 
 Also the cost of the span hook while tracing is off (``otel.on_audit``, per call).
 Reported: per-question seconds (median, total) and the ratio of totals against ``bare``.
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "integrations"
 EXTRAS = ("langchain", "llamaindex", "otel")
+
+
+def _join(docs: Any) -> str:
+    return "\n\n".join(d.page_content for d in docs)
 
 
 def _load() -> list[float]:
@@ -92,22 +100,31 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     auditor = Auditor.from_spec("default")
     store = InMemoryVectorStore(MiniLMEmbeddings())
     store.add_texts([d["context"] for d in docs], ids=[d["id"] for d in docs])
-    chain = (
-        {
-            "context": store.as_retriever(search_kwargs={"k": 1})
-            | RunnableLambda(lambda ds: "\n\n".join(d.page_content for d in ds)),
-            "question": RunnablePassthrough(),
-        }
-        | rag_prompt(auditor)
-        | MnemoscopeLLM(auditor)
-        | StrOutputParser()
-    )
+
+    def lc_chain(fused: bool) -> Any:
+        return (
+            {
+                "context": store.as_retriever(search_kwargs={"k": 1}) | RunnableLambda(_join),
+                "question": RunnablePassthrough(),
+            }
+            | rag_prompt(auditor)
+            | MnemoscopeLLM(auditor, audit_while_generating=fused)
+            | StrOutputParser()
+        )
+
+    plain, fused = lc_chain(False), lc_chain(True)
     index = VectorStoreIndex(
         [TextNode(text=d["context"], id_=d["id"]) for d in docs], embed_model=MiniLMEmbedding()
     )
-    engine = index.as_query_engine(
-        llm=MnemoscopeLlamaLLM(auditor), similarity_top_k=1, text_qa_template=qa_prompt(auditor)
-    )
+
+    def li_engine(fused: bool) -> Any:
+        return index.as_query_engine(
+            llm=MnemoscopeLlamaLLM(auditor, audit_while_generating=fused),
+            similarity_top_k=1,
+            text_qa_template=qa_prompt(auditor),
+        )
+
+    li_plain, li_fused = li_engine(False), li_engine(True)
     handler = MnemoscopeCallbackHandler(auditor)
     li_handler = MnemoscopeEventHandler(auditor)
     exporter = InMemorySpanExporter()
@@ -115,35 +132,46 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     tp.add_span_processor(BatchSpanProcessor(exporter))
     disp = get_dispatcher()
 
-    def lc_bare(q: str) -> str:
-        return str(chain.invoke(q))
+    def lc(chain: Any, with_handler: bool, spans: bool = False) -> Callable[[str], str]:
+        def run(q: str) -> str:
+            if spans:
+                otel.configure(tp)
+            try:
+                cfg: Any = {"callbacks": [handler]} if with_handler else None
+                return str(chain.invoke(q, config=cfg))
+            finally:
+                if spans:
+                    otel.configure(enabled=False)
 
-    def lc_handler(q: str) -> str:
-        return str(chain.invoke(q, config={"callbacks": [handler]}))
+        return run
 
-    def lc_otel(q: str) -> str:
-        otel.configure(tp)
-        try:
-            return str(chain.invoke(q, config={"callbacks": [handler]}))
-        finally:
-            otel.configure(enabled=False)
+    def li(engine: Any, with_handler: bool) -> Callable[[str], str]:
+        def run(q: str) -> str:
+            if not with_handler:
+                return str(engine.query(q))
+            disp.add_event_handler(li_handler)
+            try:
+                return str(engine.query(q))
+            finally:
+                disp.event_handlers.remove(li_handler)
 
-    def li_bare(q: str) -> str:
-        return str(engine.query(q))
+        return run
 
-    def li_handler_run(q: str) -> str:
-        disp.add_event_handler(li_handler)
-        try:
-            return str(engine.query(q))
-        finally:
-            disp.event_handlers.remove(li_handler)
-
-    variants = {
-        "langchain": {"bare": lc_bare, "handler": lc_handler, "handler+otel": lc_otel},
-        "llamaindex": {"bare": li_bare, "handler": li_handler_run},
+    variants: dict[str, dict[str, Callable[[str], str]]] = {
+        "langchain": {
+            "bare": lc(plain, False),
+            "handler_teacher_forced": lc(plain, True),
+            "handler_audit_while_generating": lc(fused, True),
+            "handler_audit_while_generating+otel": lc(fused, True, spans=True),
+        },
+        "llamaindex": {
+            "bare": li(li_plain, False),
+            "handler_teacher_forced": li(li_plain, True),
+            "handler_audit_while_generating": li(li_fused, True),
+        },
     }
-    for fw in variants.values():  # warm-up: first calls pay one-off costs
-        for fn in fw.values():
+    for fns in variants.values():  # warm-up: first calls pay one-off costs
+        for fn in fns.values():
             fn(questions[0])
     times: dict[str, dict[str, list[float]]] = {fw: {k: [] for k in v} for fw, v in variants.items()}
     answers: dict[str, dict[str, list[str]]] = {fw: {k: [] for k in v} for fw, v in variants.items()}
@@ -160,6 +188,11 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     tp.force_flush()
     n_spans = len(exporter.get_finished_spans())
+    reuse = {
+        "langchain": sum(r.audited_while_generating for r in handler.records),
+        "llamaindex": sum(r.audited_while_generating for r in li_handler.records),
+    }
+    statuses = sorted({r.status for r in handler.records + li_handler.records})
 
     # the span hook while tracing is off: one flag check per Auditor.audit call
     otel.configure(enabled=False)
@@ -185,6 +218,8 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
         },
         "frameworks": {},
         "spans_exported": n_spans,
+        "records_audited_while_generating": reuse,
+        "record_statuses": statuses,
         "otel_hook_off_ns_per_call": round(off_ns, 1),
     }
     for fw, ts in times.items():
