@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from mnemoscope.cli.main import add_model_args
+from mnemoscope.cli.main import add_engine_args, add_model_args
 
 __all__ = ["register", "render_audit"]
 
@@ -33,7 +33,8 @@ def register(sub: Any) -> None:
         "  mnemoscope audit --context 'Quenmar lies on the river Zorblat.' "
         "--query 'Which river is Quenmar on?'\n"
         "  mnemoscope audit --context ... --query ... --json\n"
-        "  mnemoscope audit --input pairs.jsonl --out audits/      # resumable; DIR/results.jsonl\n",
+        "  mnemoscope audit --input pairs.jsonl --out audits/      # resumable; DIR/results.jsonl\n"
+        "  mnemoscope audit --input pairs.jsonl --out audits/ --engine ray --workers 2   # docs/ray.md\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
@@ -56,6 +57,7 @@ def register(sub: Any) -> None:
         "--max-new-tokens", "-T", type=int, default=None, help="answer length (default: profile's)"
     )
     p.add_argument("--batch-size", type=int, default=8)
+    add_engine_args(p)
     p.add_argument("--json", action="store_true", help="print the audit as one JSON object")
     p.add_argument(
         "--color",
@@ -143,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
+    if args.input and args.engine == "ray":
+        return _run_ray(args)
     lm = load_from_args(args)
     profile = load_profile(args.profile or default_profile_path(lm.info), model=lm.info)
     auditor = Auditor(lm, profile, rule=args.rule, batch_size=args.batch_size)
@@ -165,4 +169,30 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, ensure_ascii=False))
     else:
         print(render_audit(d, colour=_use_colour(args.color, sys.stdout)))
+    return 0
+
+
+def _run_ray(args: argparse.Namespace) -> int:
+    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.pipelines.ray_engine import ray_audit_file
+
+    summary = ray_audit_file(
+        args.input,
+        args.out,
+        model=args.model,
+        adapter=args.adapter,
+        device=args.device,
+        dtype=args.dtype,
+        cache_dir=args.cache_dir,
+        profile=args.profile,
+        rule=args.rule,
+        options=ray_options_from_args(args, args.batch_size),
+        overwrite=args.overwrite,
+    )
+    eng = summary["engine"]
+    print(
+        f"audited {summary['audited']} records into {args.out}/results.jsonl (+ results.parquet) with "
+        f"{eng['workers']} Ray worker(s) in {eng['seconds']:.1f} s "
+        f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
+    )
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_chat_arg, add_model_args
+from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args
 
 
 def register(sub: Any) -> None:
@@ -99,6 +99,7 @@ def register(sub: Any) -> None:
     r.add_argument("--max-tokens", type=int, default=256)
     r.add_argument("--long-policy", choices=["truncate", "reject"], default="truncate")
     r.add_argument("--batch-size", type=int, default=8)
+    add_engine_args(r)
     r.set_defaults(func=_run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -221,6 +222,16 @@ def _verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine(args: argparse.Namespace) -> Any:
+    """``--engine ray``: the siblings' forward passes on Ray actors (docs/ray.md); None = here."""
+    if args.engine != "ray":
+        return None
+    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.pipelines.ray_engine import RayLeaderboardEngine
+
+    return RayLeaderboardEngine(ray_options_from_args(args, args.batch_size))
+
+
 def _run(args: argparse.Namespace) -> int:
     from mnemoscope.errors import InputError
     from mnemoscope.models import load_model
@@ -282,6 +293,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg,
         reference=ref_loader,
         progress=not args.quiet,
+        engine=_engine(args),
         provenance={
             "source": source,
             "model": args.model,

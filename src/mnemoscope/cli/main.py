@@ -53,6 +53,41 @@ def add_model_args(p: argparse.ArgumentParser, *, many_adapters: bool = False) -
     )
 
 
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """``--engine local|ray`` and the Ray flags of the batch commands (docs/ray.md)."""
+    g = p.add_argument_group("engine (a batch on a Ray cluster: pip install 'mnemoscope[ray]')")
+    g.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process; ray: actors on a Ray cluster, same results (default: local)",
+    )
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        default=None,
+        help="HOST:PORT, ray://HOST:PORT or auto (default: start a local cluster on this machine)",
+    )
+    g.add_argument("--workers", type=int, default=1, help="Ray actors, one model replica each (default: 1)")
+    g.add_argument(
+        "--cpus-per-worker", type=float, default=1.0, help="CPUs (and torch threads) per actor (default: 1)"
+    )
+    g.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per actor (default: 0)")
+
+
+def ray_options_from_args(args: argparse.Namespace, batch_size: int):  # type: ignore[no-untyped-def]
+    from mnemoscope.pipelines.ray_engine import RayOptions
+
+    return RayOptions(
+        address=args.ray_address,
+        workers=args.workers,
+        cpus_per_worker=args.cpus_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+        batch_size=batch_size,
+        progress=not args.quiet,
+    )
+
+
 def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from mnemoscope.models import load_model
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args, load_from_args
+from mnemoscope.cli.main import add_engine_args, add_model_args, load_from_args
 
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
@@ -85,6 +85,7 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--force", action="store_true", help="score even if the model differs from the calibration's"
     )
+    add_engine_args(s)
     s.set_defaults(func=_score)
 
     e = rs.add_parser(
@@ -204,20 +205,43 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score(args: argparse.Namespace) -> int:
-    from mnemoscope.pipelines.repcs import score_file
+def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
+    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.ray_engine import ray_score_file
 
-    lm = load_from_args(args)
-    res = score_file(
-        lm,
+    if args.force:
+        raise InputError("--force is not supported with --engine ray (each actor checks the model)")
+    return ray_score_file(
         args.calibration,
         args.input,
         args.out,
-        batch_size=args.batch_size,
+        model=args.model,
+        adapter=args.adapter,
+        device=args.device,
+        dtype=args.dtype,
+        cache_dir=args.cache_dir,
         on_error=args.on_error,
-        progress=not args.quiet,
-        check_model=not args.force,
+        options=ray_options_from_args(args, args.batch_size),
     )
+
+
+def _score(args: argparse.Namespace) -> int:
+    from mnemoscope.pipelines.repcs import score_file
+
+    if args.engine == "ray":
+        res = _ray_score(args)
+    else:
+        res = score_file(
+            load_from_args(args),
+            args.calibration,
+            args.input,
+            args.out,
+            batch_size=args.batch_size,
+            on_error=args.on_error,
+            progress=not args.quiet,
+            check_model=not args.force,
+        )
     for e in res["errors"]:
         where = f"line {e.get('line')}" + (f" (id {e['id']})" if e.get("id") is not None else "")
         field = f"field '{e['field']}': " if e.get("field") else ""

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args, load_from_args
+from mnemoscope.cli.main import add_engine_args, add_model_args, load_from_args
 
 
 def register(sub: Any) -> None:
@@ -41,6 +41,7 @@ def register(sub: Any) -> None:
         help="records without a query continue the first 100 characters of their context",
     )
     batch.add_argument("--overwrite", action="store_true", help="discard traces already in --out")
+    add_engine_args(p)
     s = p.add_argument_group("prompt and generation")
     s.add_argument(
         "--template",
@@ -106,18 +107,21 @@ def _run_batch(args: argparse.Namespace) -> int:
         print(f"mnemoscope: skipped {args.input}: {e}", file=sys.stderr)
     if not records:
         raise InputError(f"{args.input}: no valid records")
-    lm = load_from_args(args)
-    summary = run_pairs(
-        lm,
-        records,
-        args.out,
-        config=config,
-        batch_size=args.batch_size,
-        input_errors=errors,
-        on_error=args.on_error,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
-    )
+    if args.engine == "ray":
+        summary = _ray_pairs(args, records, errors, config)
+    else:
+        lm = load_from_args(args)
+        summary = run_pairs(
+            lm,
+            records,
+            args.out,
+            config=config,
+            batch_size=args.batch_size,
+            input_errors=errors,
+            on_error=args.on_error,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+        )
     for err in summary.errors[len(errors) :]:
         print(
             f"mnemoscope: skipped line {err['line']} (id {err['id']}): "
@@ -134,6 +138,26 @@ def _run_batch(args: argparse.Namespace) -> int:
             f"mnemoscope: {summary.n_errors} record(s) skipped; see {args.out}/errors.jsonl", file=sys.stderr
         )
     return 0
+
+
+def _ray_pairs(args: argparse.Namespace, records: Any, errors: Any, config: Any) -> Any:
+    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.pipelines.ray_engine import ray_run_pairs
+
+    return ray_run_pairs(
+        records,
+        args.out,
+        config=config,
+        model=args.model,
+        adapter=args.adapter,
+        device=args.device,
+        dtype=args.dtype,
+        cache_dir=args.cache_dir,
+        input_errors=errors,
+        on_error=args.on_error,
+        overwrite=args.overwrite,
+        options=ray_options_from_args(args, args.batch_size),
+    )
 
 
 def _run_one(args: argparse.Namespace) -> int:

@@ -137,7 +137,12 @@ def connect(options: RayOptions) -> Any:
         return ray
     env = {"TOKENIZERS_PARALLELISM": "false"}
     if local:
-        ray.init(include_dashboard=False, log_to_driver=options.progress, runtime_env={"env_vars": env})
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=options.progress,
+            logging_level=logging.INFO if options.progress else logging.WARNING,
+            runtime_env={"env_vars": env},
+        )
         return ray
     try:
         ray.init(address=options.address, log_to_driver=options.progress, runtime_env={"env_vars": env})
@@ -325,8 +330,10 @@ def _stream(
 
     if not chunks:
         return run
+    if not options.progress:
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
+    ctx.enable_progress_bars = False  # ours counts batches of records
     ctx.execution_options.preserve_order = False
     items = [
         {"chunk": i, "records": c if isinstance(c, bytes) else json.dumps(c, ensure_ascii=False)}
@@ -346,7 +353,7 @@ def _stream(
             fn_constructor_kwargs=kwargs,
             batch_size=1,
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=options.workers),
+            compute=ray.data.ActorPoolStrategy(size=min(options.workers, len(chunks))),
             num_cpus=options.cpus_per_worker,
             num_gpus=options.gpus_per_worker or None,
             runtime_env={"env_vars": env},
