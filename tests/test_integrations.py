@@ -170,6 +170,11 @@ def test_batch_and_async_pair_each_input_with_its_own_retrieval(auditor: Any) ->
     assert sorted(r.query for r in ha.records) == sorted(qs)
     assert all(r.status == "ok" for r in ha.records)
 
+    hs = MnemoscopeCallbackHandler(auditor)
+    streamed = "".join(chain.stream(qs[0], config={"callbacks": [hs]}))
+    assert streamed == outs[0]
+    assert [(r.status, r.answer) for r in hs.records] == [("ok", outs[0])]
+
 
 def test_runnable_wrapper_returns_output_unchanged_plus_verdict(auditor: Any) -> None:
     chain = _chain(auditor)

@@ -231,3 +231,48 @@ def test_verdicts_written_back_as_span_annotations(phoenix: str, rag_run: dict[s
         assert res["label"] == rec.source
         assert res["score"] == pytest.approx(rec.p_memory)
         assert res["explanation"] == rec.audit["summary"]
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+]
+
+
+@pytest.mark.real_model
+def test_phoenix_ui_shows_the_audit_span(phoenix: str, rag_run: dict[str, Any], tmp_path: Path) -> None:
+    """Phoenix's own UI, in headless Chromium, shows the audit span's verdict in the trace view."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed: pip install playwright (no browser download needed)")
+    if not CHROMIUM.is_file():
+        _unavailable(f"{CHROMIUM} is missing: apt-get install chromium")
+    from mnemoscope.integrations.phoenix import annotate
+
+    spans = _wait_spans(phoenix, len(QUESTIONS))
+    qspan, rec, question, _ = rag_run[QUESTIONS[1]]
+    annotate(phoenix, [(qspan, rec.audit), (rec.span_id, rec.audit)])
+    node = next(s for s in spans if s["context"]["span_id"] == rec.span_id)
+    projects = httpx.get(f"{phoenix}/v1/projects", timeout=30).json()["data"]
+    pid = next(p["id"] for p in projects if p["name"] == PROJECT)
+    url = f"{phoenix}/projects/{pid}/traces/{node['context']['trace_id']}?selectedSpanNodeId={node['id']}"
+    out_dir = Path(os.environ.get("MNEMOSCOPE_SCREENSHOT_DIR") or tmp_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+            page.set_default_timeout(90_000)
+            page.goto(url)
+            page.get_by_text("mnemoscope.audit").first.wait_for()
+            page.get_by_text(question).first.wait_for()
+            page.wait_for_timeout(1500)  # let the panels settle before the picture
+            page.screenshot(path=str(out_dir / "phoenix_trace.png"))
+        finally:
+            browser.close()
+    assert (out_dir / "phoenix_trace.png").stat().st_size > 10_000

@@ -225,8 +225,10 @@ def audit_pair(
         attrs["mnemoscope.audited_while_generating"] = reused is not None
         with otel.audit_scope(documents=docs, attributes=attrs) as scope:
             if reused is not None:  # audited while the auditor's own model answered: no second pass
-                otel.emit_audit_span(reused, AuditRequest(context, query), auditor=auditor)
-                res = reused
+                res, t_start, t_end = reused
+                otel.emit_audit_span(
+                    res, AuditRequest(context, query), auditor=auditor, start_ns=t_start, end_ns=t_end
+                )
             else:
                 with _AUDIT_LOCK:
                     (res,) = auditor.audit([AuditRequest(context, query, answer=answer)])
@@ -319,14 +321,16 @@ class Generator:
 
         try:
             with otel.suppressed(), _AUDIT_LOCK:  # the handler emits the span, with the documents
+                t_start = time.time_ns()
                 (res,) = self.auditor.audit([AuditRequest(context, query)])
+                t_end = time.time_ns()
         except Exception as e:  # generating must not fail because auditing did
             log.warning("mnemoscope: audit while generating failed, plain generation instead: %s", e)
             return None
         if not isinstance(res, AuditResult):
             return None
         answer = res.answer.strip()
-        _remember(self.auditor, query, context, answer, res)
+        _remember(self.auditor, query, context, answer, (res, t_start, t_end))
         return answer
 
     def _generate(self, prompt: str, max_new_tokens: int | None = None) -> str:
