@@ -111,7 +111,15 @@ def fit_context(
     """Apply the truncation policy: a context longer than the auditor's ``max_context_tokens``, or
     than what the model's window leaves beside the prompt and the answer, keeps its first tokens
     (the best-ranked documents), and the returned record says so."""
-    tracer = auditor.tracer
+    tracer = getattr(auditor, "tracer", None)
+    if tracer is None:  # an endpoint auditor: no local tokenizer, its caps are in characters
+        cap_chars = int(getattr(auditor, "max_context_chars", auditor.max_context_tokens))
+        return context[:cap_chars], {
+            "chars": len(context),
+            "max_chars": cap_chars,
+            "truncated": len(context) > cap_chars,
+            "policy": f"{TRUNCATION_POLICY}: keep the first max_chars characters (the server enforces its window)",
+        }
     tok = tracer.tokenizer
     ids = tok(context, add_special_tokens=False)["input_ids"]
     cap = int(auditor.max_context_tokens)
@@ -213,8 +221,9 @@ def audit_pair(
         attrs.update(
             {
                 "mnemoscope.context.truncated": info["truncated"],
-                "mnemoscope.context.tokens": info["tokens"],
-                "mnemoscope.context.max_tokens": info["max_tokens"],
+                "mnemoscope.context.tokens": info.get("tokens"),
+                "mnemoscope.context.max_tokens": info.get("max_tokens"),
+                "mnemoscope.context.max_chars": info.get("max_chars"),
                 "mnemoscope.context.truncation_policy": info["policy"],
             }
         )
