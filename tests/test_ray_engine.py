@@ -323,13 +323,17 @@ def test_cli_missing_ray_is_one_line(tmp_path: Path) -> None:
 
 
 def _actor_pids() -> list[int]:
-    import psutil
-
+    """Processes whose title Ray set to the audit actor's (``ray::MapWorker(MapBatches(AuditWorker))...``)."""
     pids = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or [])
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
         if cmd.startswith("ray::MapWorker(MapBatches(AuditWorker))"):
-            pids.append(int(p.info["pid"]))
+            pids.append(int(d.name))
     return pids
 
 
