@@ -193,11 +193,12 @@ def test_audit_parquet_input(ray_cluster: Any, tiny_service: tuple[Path, Path], 
 def test_trace_folder_equals_local_engine(
     ray_cluster: Any, tiny_service: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    from mnemoscope.cli.main import main
     from mnemoscope.data import read_records
     from mnemoscope.errors import TraceStoreError
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.ray_engine import ray_run_pairs
-    from mnemoscope.trace import PairConfig
+    from mnemoscope.trace import PairConfig, PromptBuilder
     from mnemoscope.trace.pipeline import run_pairs
     from mnemoscope.trace.store import load_traces
 
@@ -214,18 +215,18 @@ def test_trace_folder_equals_local_engine(
         + '{"id": "t5", "context": "c"}\n'
     )
     records, errors = read_records(inp)
-    config = PairConfig(max_new_tokens=4, top_k=5)
+    config = PairConfig(builder=PromptBuilder(chat=True), max_new_tokens=4, top_k=5)
     with _local_single_thread():
         local = run_pairs(load_model(str(model_dir)), records, tmp_path / "local", config=config, batch_size=2,
                           input_errors=errors, progress=False)  # fmt: skip
-    res = ray_run_pairs(
-        records, tmp_path / "ray", config=config, model=str(model_dir), input_errors=errors,
-        options=_options(workers=2, batch_size=2),
-    )  # fmt: skip
-    assert (res.n_traced, res.n_errors) == (local.n_traced, local.n_errors) == (5, 1)
+    # the Ray side through the CLI (it joins the session's cluster)
+    code = main(["--quiet", "trace", "--input", str(inp), "--out", str(tmp_path / "ray"), "--model", str(model_dir),
+                 "-T", "4", "--top-k", "5", "--chat", "--batch-size", "2", "--engine", "ray", "--workers", "2"])  # fmt: skip
+    assert code == 0 and (local.n_traced, local.n_errors) == (5, 1)
     a = {t.id: t for t in load_traces(tmp_path / "local")}
-    b = {t.id: t for t in load_traces(tmp_path / "ray")}
-    assert a.keys() == b.keys()
+    ray_set = load_traces(tmp_path / "ray")
+    b = {t.id: t for t in ray_set}
+    assert a.keys() == b.keys() and len(ray_set.errors) == 1
     for k in a:
         for name in (
             "kl_steps",
