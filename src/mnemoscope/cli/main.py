@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from mnemoscope import __version__
 from mnemoscope.errors import MnemoscopeError
@@ -51,6 +52,25 @@ def add_model_args(p: argparse.ArgumentParser, *, many_adapters: bool = False) -
         choices=["auto", "float32", "float16", "bfloat16"],
         help="auto = bf16/fp16 on CUDA, float32 on CPU",
     )
+
+
+def add_chat_arg(group: Any) -> None:
+    """``--chat {auto,on,off}`` (bare ``--chat`` = on): the one spelling on every command."""
+    group.add_argument(
+        "--chat",
+        nargs="?",
+        const="on",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="wrap prompts in the model's chat template (default auto = when the tokenizer has one)",
+    )
+
+
+def chat_for(args: argparse.Namespace, lm: Any) -> bool:
+    """``--chat`` decided for a loaded model (``auto`` = the model has a chat template)."""
+    if args.chat == "auto":
+        return bool(lm.info.has_chat_template)
+    return bool(args.chat == "on")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:

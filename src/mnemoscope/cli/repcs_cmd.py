@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.cli.main import add_engine_args, add_model_args, load_from_args
+from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
 
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--input", required=True, metavar="FILE", help="JSONL of {id, context, query, label?}")
     g.add_argument("--traces", metavar="DIR", help="trace folder (resumable; default: next to --out)")
     g.add_argument("--template", default="A")
-    g.add_argument("--chat", action="store_true")
+    add_chat_arg(g)
     g.add_argument("--max-new-tokens", "-T", type=int, default=32)
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--on-error", choices=["skip", "raise"], default="skip")
@@ -170,8 +170,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.repcs import calibration_hash
 
     out = Path(args.out)
-    config = _pair_config(args.template, args.chat, args.max_new_tokens, args.answer_without)
     lm = load_from_args(args)
+    config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
     records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
     labels = np.array([0 if r.label is None else r.label for r in records])
     det = _detector(args).fit(traces, labels)
@@ -260,8 +260,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = _pair_config(args.template, args.chat, args.max_new_tokens, args.answer_without)
     lm = load_from_args(args)
+    config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
     records, traces = _traced(args, lm, config, out / "traces")
     from mnemoscope.errors import InputError
 
@@ -277,7 +277,7 @@ def _eval(args: argparse.Namespace) -> int:
         from mnemoscope.trace import Tracer
 
         tracer = Tracer(lm, batch_size=args.batch_size)
-        ids = [tracer.encode(t.prompt_without, chat=args.chat) for t in traces]
+        ids = [tracer.encode(t.prompt_without, chat=config.builder.chat) for t in traces]
         sampled = tracer.sample(ids, args.selfcheck, args.max_new_tokens, seed=args.seed)
         samples = [[lm.tokenizer.decode(s, skip_special_tokens=True) for s in group] for group in sampled]
     res = evaluate(
@@ -291,7 +291,15 @@ def _eval(args: argparse.Namespace) -> int:
         kinds=[r.extra.get("kind") for r in records],
         samples=samples,
     )
-    res.report.update(model=lm.info.to_dict(), input=args.input, pair_config=config.to_dict(), seed=args.seed)
+    from mnemoscope.provenance import provenance
+
+    res.report.update(
+        model=lm.info.to_dict(),
+        input=args.input,
+        pair_config=config.to_dict(),
+        seed=args.seed,
+        provenance=provenance(),
+    )
     (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
     with (out / "scores.jsonl").open("w") as f:
         for row in res.rows:

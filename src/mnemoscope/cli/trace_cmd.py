@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_engine_args, add_model_args, load_from_args
+from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
 
 
 def register(sub: Any) -> None:
@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
         choices=["plain", "continuation", "summarization", "qa"],
         help="how the query is phrased (CRM appendix T; default: plain)",
     )
-    s.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    add_chat_arg(s)
     s.add_argument(
         "--max-new-tokens", "-T", type=int, default=32, help="aligned generated positions (default: 32)"
     )
@@ -67,11 +67,13 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _config(args: argparse.Namespace, lm: Any = None):  # type: ignore[no-untyped-def]
+    """The pair config; ``--chat auto`` is decided once ``lm`` is loaded (off before, for validation)."""
     from mnemoscope.trace import PairConfig, PromptBuilder
 
+    chat = chat_for(args, lm) if lm is not None else args.chat == "on"
     return PairConfig(
-        builder=PromptBuilder(template=args.template, task=args.task, chat=args.chat),
+        builder=PromptBuilder(template=args.template, task=args.task, chat=chat),
         max_new_tokens=args.max_new_tokens,
         answer_without=not args.no_answer_without,
         top_k=args.top_k,
@@ -108,9 +110,10 @@ def _run_batch(args: argparse.Namespace) -> int:
     if not records:
         raise InputError(f"{args.input}: no valid records")
     if args.engine == "ray":
-        summary = _ray_pairs(args, records, errors, config)
+        summary = _ray_pairs(args, records, errors)
     else:
         lm = load_from_args(args)
+        config = _config(args, lm)
         summary = run_pairs(
             lm,
             records,
@@ -140,14 +143,16 @@ def _run_batch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_pairs(args: argparse.Namespace, records: Any, errors: Any, config: Any) -> Any:
+def _ray_pairs(args: argparse.Namespace, records: Any, errors: Any) -> Any:
+    import functools
+
     from mnemoscope.cli.main import ray_options_from_args
     from mnemoscope.pipelines.ray_engine import ray_run_pairs
 
     return ray_run_pairs(
         records,
         args.out,
-        config=config,
+        config=functools.partial(_config, args),  # decided by each actor once its model is loaded
         model=args.model,
         adapter=args.adapter,
         device=args.device,
@@ -165,8 +170,9 @@ def _run_one(args: argparse.Namespace) -> int:
 
     from mnemoscope.trace import PairItem, Tracer, trace_pairs
 
-    config = _config(args)
+    _config(args)  # bad settings fail before the model loads
     lm = load_from_args(args)
+    config = _config(args, lm)
     item = PairItem(id="cli", context=args.context or "", query=args.query)
     pt = trace_pairs(Tracer(lm, batch_size=1), [item], config)[0]
     disp = np.linalg.norm(pt.displacement, axis=-1) if pt.h_with is not None else None
