@@ -34,7 +34,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -44,9 +43,11 @@ from typing import Any, Literal
 import numpy as np
 
 from mnemoscope.data.records import Record, RecordError
-from mnemoscope.detectors.crm_artifact import FittedCRM, ModelMismatchError, load_crm, save_crm
+from mnemoscope.detectors.crm_artifact import FittedCRM, load_crm, save_crm
 from mnemoscope.detectors.verdict import VerdictModel
-from mnemoscope.errors import InputError
+from mnemoscope.errors import InputError, ModelMismatchError
+from mnemoscope.io import atomic_write, canonical_json
+from mnemoscope.models.loader import check_same_model
 from mnemoscope.stats.conformal import conformal_upper
 from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.templates import PromptBuilder
@@ -182,39 +183,25 @@ class AuditProfile:
         )
 
     def check_model(self, info: Any) -> None:
-        other = info.to_dict() if hasattr(info, "to_dict") else dict(info)
-        if other.get("fingerprint") != self.model.get("fingerprint"):
-            raise ProfileError(
-                f"the profile {self.path} was calibrated for {self.model.get('name')} (fingerprint "
-                f"{str(self.model.get('fingerprint'))[:16]}), but the server's model is {other.get('name')} "
-                f"(fingerprint {str(other.get('fingerprint'))[:16]}); run `mnemoscope calibrate` on this model"
-            )
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+        check_same_model(
+            self.model,
+            info,
+            what=f"the profile {self.path}",
+            remedy="run `mnemoscope calibrate` on this model",
+        )
 
 
 def _profile_hash(header: dict[str, Any], crm_bytes: bytes) -> str:
     h = hashlib.sha256()
-    h.update(_canonical({k: v for k, v in header.items() if k != "profile_hash"}))
+    h.update(canonical_json({k: v for k, v in header.items() if k != "profile_hash"}))
     h.update(hashlib.sha256(crm_bytes).digest())
     return h.hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _data_hash(records: Sequence[Record]) -> str:
     h = hashlib.sha256()
     for r in records:
-        h.update(_canonical({"id": r.id, "context": r.context, "query": r.query, "label": r.label}))
+        h.update(canonical_json({"id": r.id, "context": r.context, "query": r.query, "label": r.label}))
     return h.hexdigest()
 
 
@@ -372,7 +359,7 @@ def calibrate_profile(
         },
     }
     header["profile_hash"] = _profile_hash(header, (out / "crm.npz").read_bytes())
-    _write_atomic(out / "profile.json", json.dumps(header, indent=1, default=str))
+    atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
     return load_profile(out, model=lm.info)
 
 

@@ -331,7 +331,8 @@ def create_app(
         responses=_AUDIT_ERRORS,
     )
     async def audit(item: AuditIn, st: Ready) -> Any:
-        """Audit one (context, query): CRM anomaly on the LTS trajectory + RePCS KL. Stored before it returns."""
+        """Audit one (context, query): where the answer came from (source, p_memory, evidence, guarantee,
+        token spans; CRM fields secondary). Stored before it returns."""
         (res,) = await _run([item], st)
         if isinstance(res, AuditFailure):
             return JSONResponse(status_code=res.status, content={"detail": res.message, "field": res.field})
