@@ -97,6 +97,26 @@ def test_forced_answer_equals_teacher_forcing(lm, schedule) -> None:  # type: ig
         trace_lockstep(tracer, prepared, cfg, schedule="fast")  # type: ignore[arg-type]
 
 
+def test_forced_and_generated_pairs_in_one_batch(lm) -> None:  # type: ignore[no-untyped-def]
+    """A batch mixing given answers with generated ones decodes; a fully given batch does not
+    decode at all (two teacher-forced forwards): both equal the teacher-forced trace."""
+    cfg = PairConfig(max_new_tokens=6, top_k=5)
+    tracer = Tracer(lm, batch_size=4)
+    prepared = [prepare_pair(tracer, it, cfg) for it in ITEMS]
+    gen = trace_lockstep(tracer, prepared, cfg)
+    half = [t.answer_ids.tolist() if i % 2 else None for i, t in enumerate(gen)]
+    for a, b in zip(trace_lockstep(tracer, prepared, cfg, forced_answers=half), gen, strict=True):
+        _assert_same(a, b)
+    calls = []
+    handle = lm.model.register_forward_hook(lambda *a: calls.append(1))
+    no_greedy = PairConfig(max_new_tokens=6, top_k=5, answer_without=False)
+    try:
+        trace_lockstep(tracer, prepared, no_greedy, forced_answers=[t.answer_ids.tolist() for t in gen])
+    finally:
+        handle.remove()
+    assert len(calls) == 2  # one forward per path, no decoding steps
+
+
 def test_no_hidden_states_when_not_asked(lm) -> None:  # type: ignore[no-untyped-def]
     cfg = PairConfig(max_new_tokens=3, top_k=3, hidden=False)
     t = trace_lockstep(Tracer(lm), [prepare_pair(Tracer(lm), ITEMS[0], cfg)], cfg)[0]

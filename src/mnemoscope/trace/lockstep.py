@@ -17,7 +17,9 @@ log-probability on CPU float32, tested < 1e-4), and the result is the same
 :class:`~mnemoscope.trace.types.PairTrace`, so every consumer works unchanged.
 
 A given answer (``forced_answers``) is teacher-forced on both paths instead of generated:
-how an integration audits what a RAG chain's own LLM said.
+how an integration audits what a RAG chain's own LLM said. When every pair of a batch has
+one, nothing is decoded: each path is one teacher-forced forward over prompt + answer (two
+forwards instead of one step per answer token).
 """
 
 from __future__ import annotations
@@ -110,6 +112,12 @@ def _lockstep_batch(
     limits = [len(f) if f is not None else config.max_new_tokens for f in forced]
     for p, n in zip(batch, limits, strict=True):
         tracer.check_length(len(p.ids_with), record=str(p.item.id), field="context", extra=n)
+    eos = set(tracer.eos_ids)
+    if all(f is not None for f in forced):  # nothing to generate: two teacher-forced forwards
+        answers = [[int(y) for y in f] for f in forced if f is not None]
+        logits_w, h_w, pre_w = _teacher_forced(tracer, [p.ids_with for p in batch], answers, config)
+        logits_o, h_o, pre_o = _teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
+        return _traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config, eos)
     rows = [p.ids_with for p in batch]
     if schedule == "lockstep":
         rows += [p.ids_without for p in batch]
@@ -138,7 +146,6 @@ def _lockstep_batch(
     else:
         out = model(**kwargs)
 
-    eos = set(tracer.eos_ids)
     answers: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
     logits_w: list[list[torch.Tensor]] = [[] for _ in range(B)]
@@ -177,18 +184,37 @@ def _lockstep_batch(
     if schedule == "lockstep":
         h_o, pre_o = (h[B:] if h is not None else None), (pre[B:] if pre is not None else None)
     else:  # the no-context path: one teacher-forced forward over prompt_without + y[:-1]
-        keep = max(len(a) for a in answers)
-        fo = tracer.forward(
-            [p.ids_without + a[:-1] for p, a in zip(batch, answers, strict=True)],
-            hidden="last" if config.hidden else "none",
-            positions=[len(p.ids_without) - 1 for p in batch],
-            keep_logits=keep,
-        )
-        assert fo.logits is not None
-        for b, a in enumerate(answers):
-            logits_o[b] = list(fo.logits[b, -len(a) :].float())
-        h_o, pre_o = fo.hidden, fo.prenorm
+        logits_o, h_o, pre_o = _teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
+    return _traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config, eos)
 
+
+def _teacher_forced(
+    tracer: Tracer, prompts: list[list[int]], answers: list[list[int]], config: PairConfig
+) -> tuple[list[list[torch.Tensor]], Any, Any]:
+    """One forward over each prompt + answer[:-1]: the per-step logits that predict the answer,
+    and (with ``config.hidden``) the states at the last prompt token."""
+    fo = tracer.forward(
+        [ids + a[:-1] for ids, a in zip(prompts, answers, strict=True)],
+        hidden="last" if config.hidden else "none",
+        positions=[len(ids) - 1 for ids in prompts],
+        keep_logits=max(len(a) for a in answers),
+    )
+    assert fo.logits is not None
+    logits = [list(fo.logits[b, -len(a) :].float()) for b, a in enumerate(answers)]
+    return logits, fo.hidden, fo.prenorm
+
+
+def _traces(
+    tracer: Tracer,
+    batch: list[PreparedPair],
+    answers: list[list[int]],
+    logits_w: list[list[torch.Tensor]],
+    logits_o: list[list[torch.Tensor]],
+    states: tuple[Any, Any, Any, Any],
+    config: PairConfig,
+    eos: set[int],
+) -> list[PairTrace]:
+    h_w, pre_w, h_o, pre_o = states
     no_ctx = (
         tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
         if config.answer_without
