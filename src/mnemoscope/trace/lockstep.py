@@ -27,13 +27,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from mnemoscope.errors import InputError
 from mnemoscope.trace.hooks import StateCapture, registered_hooks
-from mnemoscope.trace.pair import PairConfig, PreparedPair, step_stats
-from mnemoscope.trace.tracer import Tracer, batch_ranges, to_numpy
+from mnemoscope.trace.pair import PairConfig, PreparedPair, build_pair_traces, teacher_forced
+from mnemoscope.trace.tracer import Tracer, batch_ranges
 from mnemoscope.trace.types import PairTrace
 
 __all__ = ["LOCKSTEP_MIN_BATCH", "Schedule", "trace_lockstep"]
@@ -114,10 +113,10 @@ def _lockstep_batch(
         tracer.check_length(len(p.ids_with), record=str(p.item.id), field="context", extra=n)
     eos = set(tracer.eos_ids)
     if all(f is not None for f in forced):  # nothing to generate: two teacher-forced forwards
-        answers = [[int(y) for y in f] for f in forced if f is not None]
-        logits_w, h_w, pre_w = _teacher_forced(tracer, [p.ids_with for p in batch], answers, config)
-        logits_o, h_o, pre_o = _teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
-        return _traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config, eos)
+        given = [[int(y) for y in f] for f in forced if f is not None]
+        tw, h_w, pre_w = teacher_forced(tracer, [p.ids_with for p in batch], given, config)
+        to, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], given, config)
+        return build_pair_traces(tracer, batch, given, tw, to, (h_w, pre_w, h_o, pre_o), config)
     rows = [p.ids_with for p in batch]
     if schedule == "lockstep":
         rows += [p.ids_without for p in batch]
@@ -183,71 +182,8 @@ def _lockstep_batch(
     h_w, pre_w = (h[:B] if h is not None else None), (pre[:B] if pre is not None else None)
     if schedule == "lockstep":
         h_o, pre_o = (h[B:] if h is not None else None), (pre[B:] if pre is not None else None)
+        lo = [torch.stack(x) for x in logits_o]
     else:  # the no-context path: one teacher-forced forward over prompt_without + y[:-1]
-        logits_o, h_o, pre_o = _teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
-    return _traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config, eos)
-
-
-def _teacher_forced(
-    tracer: Tracer, prompts: list[list[int]], answers: list[list[int]], config: PairConfig
-) -> tuple[list[list[torch.Tensor]], Any, Any]:
-    """One forward over each prompt + answer[:-1]: the per-step logits that predict the answer,
-    and (with ``config.hidden``) the states at the last prompt token."""
-    fo = tracer.forward(
-        [ids + a[:-1] for ids, a in zip(prompts, answers, strict=True)],
-        hidden="last" if config.hidden else "none",
-        positions=[len(ids) - 1 for ids in prompts],
-        keep_logits=max(len(a) for a in answers),
-    )
-    assert fo.logits is not None
-    logits = [list(fo.logits[b, -len(a) :].float()) for b, a in enumerate(answers)]
-    return logits, fo.hidden, fo.prenorm
-
-
-def _traces(
-    tracer: Tracer,
-    batch: list[PreparedPair],
-    answers: list[list[int]],
-    logits_w: list[list[torch.Tensor]],
-    logits_o: list[list[torch.Tensor]],
-    states: tuple[Any, Any, Any, Any],
-    config: PairConfig,
-    eos: set[int],
-) -> list[PairTrace]:
-    h_w, pre_w, h_o, pre_o = states
-    no_ctx = (
-        tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
-        if config.answer_without
-        else None
-    )
-    traces = []
-    for b, p in enumerate(batch):
-        ans = answers[b]
-        stats = step_stats(torch.stack(logits_w[b]), torch.stack(logits_o[b]), ans, config.top_k)
-        traces.append(
-            PairTrace(
-                id=str(p.item.id),
-                context=p.item.context,
-                query=p.item.query,
-                prompt_with=p.prompt_with,
-                prompt_without=p.prompt_without,
-                n_prompt_tokens_with=len(p.ids_with),
-                n_prompt_tokens_without=len(p.ids_without),
-                h_with=to_numpy(h_w[b]) if h_w is not None else None,
-                h_without=to_numpy(h_o[b]) if h_o is not None else None,
-                h_with_prenorm=to_numpy(pre_w[b]) if pre_w is not None else None,
-                h_without_prenorm=to_numpy(pre_o[b]) if pre_o is not None else None,
-                answer_ids=np.asarray(ans, dtype=np.int64),
-                answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
-                stopped_at_eos=bool(ans and ans[-1] in eos),
-                identical_prompts=p.ids_with == p.ids_without,
-                answer_without_ids=np.asarray(no_ctx[b], dtype=np.int64) if no_ctx is not None else None,
-                answer_without=tracer.tokenizer.decode(no_ctx[b], skip_special_tokens=True)
-                if no_ctx
-                else None,
-                label=p.item.label,
-                template=config.builder.to_dict(),
-                **stats,
-            )
-        )
-    return traces
+        lo, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
+    lw = [torch.stack(x) for x in logits_w]
+    return build_pair_traces(tracer, batch, answers, lw, lo, (h_w, pre_w, h_o, pre_o), config)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ import torch
 from mnemoscope.divergence import kl_logprobs
 from mnemoscope.errors import InputError
 from mnemoscope.trace.templates import PromptBuilder
-from mnemoscope.trace.tracer import HiddenMode, Tracer, batch_ranges, to_numpy
+from mnemoscope.trace.tracer import Tracer, batch_ranges, to_numpy
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -38,7 +38,10 @@ __all__ = [
     "PairItem",
     "PairLike",
     "PreparedPair",
+    "build_pair_traces",
     "prepare_pair",
+    "step_stats",
+    "teacher_forced",
     "trace_pairs",
     "trace_prepared",
 ]
@@ -152,33 +155,50 @@ def trace_prepared(tracer: Tracer, prepared: Sequence[PreparedPair], config: Pai
 
 def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) -> list[PairTrace]:
     answers = tracer.generate([p.ids_with for p in batch], config.max_new_tokens)
-    steps = [len(a) for a in answers]
-    keep = max(steps)
-    hidden: HiddenMode = "last" if config.hidden else "none"
-    fw = tracer.forward(
-        [p.ids_with + a[:-1] for p, a in zip(batch, answers, strict=True)],
-        hidden=hidden,
-        positions=[len(p.ids_with) - 1 for p in batch],
-        keep_logits=keep,
-    )
+    logits_w, h_w, pre_w = teacher_forced(tracer, [p.ids_with for p in batch], answers, config)
+    logits_o, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
+    return build_pair_traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config)
+
+
+def teacher_forced(
+    tracer: Tracer, prompts: Sequence[list[int]], answers: Sequence[list[int]], config: PairConfig
+) -> tuple[list[torch.Tensor], Any, Any]:
+    """One forward over each prompt + answer[:-1]: per pair the ``[n vocab]`` logits that predict
+    the answer's n tokens, and (with ``config.hidden``) the states at the last prompt token
+    (``[b layer d]`` and the pre-norm ``[b d]``, or ``None``)."""
     fo = tracer.forward(
-        [p.ids_without + a[:-1] for p, a in zip(batch, answers, strict=True)],
-        hidden=hidden,
-        positions=[len(p.ids_without) - 1 for p in batch],
-        keep_logits=keep,
+        [list(ids) + list(a[:-1]) for ids, a in zip(prompts, answers, strict=True)],
+        hidden="last" if config.hidden else "none",
+        positions=[len(ids) - 1 for ids in prompts],
+        keep_logits=max(len(a) for a in answers),
     )
+    assert fo.logits is not None
+    return [fo.logits[b, -len(a) :].float() for b, a in enumerate(answers)], fo.hidden, fo.prenorm
+
+
+def build_pair_traces(
+    tracer: Tracer,
+    batch: Sequence[PreparedPair],
+    answers: Sequence[list[int]],
+    logits_w: Sequence[torch.Tensor],
+    logits_o: Sequence[torch.Tensor],
+    states: tuple[Any, Any, Any, Any],
+    config: PairConfig,
+) -> list[PairTrace]:
+    """The :class:`PairTrace` of each pair from its answer and both paths' per-step logits
+    ``[n vocab]``; ``states`` = (h_with, prenorm_with, h_without, prenorm_without), batched or
+    ``None``. Generates the no-context greedy answer when ``config.answer_without``."""
+    h_w, pre_w, h_o, pre_o = states
     no_ctx = (
         tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
         if config.answer_without
         else None
     )
-    assert fw.logits is not None and fo.logits is not None
     eos = set(tracer.eos_ids)
     traces = []
     for b, p in enumerate(batch):
-        n = steps[b]
-        stats = step_stats(fw.logits[b, -n:], fo.logits[b, -n:], answers[b], config.top_k)
-        ans = answers[b]
+        ans = list(answers[b])
+        stats = step_stats(logits_w[b], logits_o[b], ans, config.top_k)
         traces.append(
             PairTrace(
                 id=str(p.item.id),
@@ -188,10 +208,10 @@ def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) 
                 prompt_without=p.prompt_without,
                 n_prompt_tokens_with=len(p.ids_with),
                 n_prompt_tokens_without=len(p.ids_without),
-                h_with=to_numpy(fw.hidden[b]) if fw.hidden is not None else None,
-                h_without=to_numpy(fo.hidden[b]) if fo.hidden is not None else None,
-                h_with_prenorm=to_numpy(fw.prenorm[b]) if fw.prenorm is not None else None,
-                h_without_prenorm=to_numpy(fo.prenorm[b]) if fo.prenorm is not None else None,
+                h_with=to_numpy(h_w[b]) if h_w is not None else None,
+                h_without=to_numpy(h_o[b]) if h_o is not None else None,
+                h_with_prenorm=to_numpy(pre_w[b]) if pre_w is not None else None,
+                h_without_prenorm=to_numpy(pre_o[b]) if pre_o is not None else None,
                 answer_ids=np.asarray(ans, dtype=np.int64),
                 answer_with=tracer.tokenizer.decode(ans, skip_special_tokens=True),
                 stopped_at_eos=bool(ans and ans[-1] in eos),
