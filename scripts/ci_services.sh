@@ -36,6 +36,18 @@ if ! "$PHOENIX_VENV/bin/python" -c "import sys, phoenix; sys.exit(phoenix.__vers
   "${PYTHON:-python3}" -m venv "$PHOENIX_VENV" >&2
   "$PHOENIX_VENV/bin/pip" install -q --disable-pip-version-check "arize-phoenix==$PHOENIX_VERSION" >&2
 fi
+# llama.cpp's OpenAI-compatible server (the endpoint backend's and the proxy's real-server tests,
+# docs/endpoint.md): llama-cpp-python compiles llama.cpp from source with the machine's gcc/cmake.
+# GGML_NATIVE=OFF keeps the wheel portable (pip caches it; a cached -march=native wheel could crash
+# on another CPU). Measured on a 2-core machine: 450 s the first time, seconds from pip's cache.
+LLAMA_CPP_PYTHON="llama-cpp-python[server]==0.3.36"
+if ! "${PYTHON:-python3}" -c "import llama_cpp.server" >/dev/null 2>&1; then
+  log "building $LLAMA_CPP_PYTHON (compiles llama.cpp; ~8 min on 2 cores the first time)"
+  start=$(date +%s)
+  CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 MAKEFLAGS=-j2 \
+    "${PYTHON:-python3}" -m pip install --disable-pip-version-check -q "$LLAMA_CPP_PYTHON" >&2
+  log "llama-cpp-python installed in $(( $(date +%s) - start )) s"
+fi
 log "PostgreSQL $VER on port $PORT, Chromium $(/usr/bin/chromium --version 2>/dev/null | head -1), Phoenix $PHOENIX_VERSION in $PHOENIX_VENV"
 echo "export MNEMOSCOPE_TEST_PG_URL=postgresql://mnemoscope:mnemoscope@127.0.0.1:$PORT/mnemoscope_test"
 echo "export MNEMOSCOPE_PHOENIX=$PHOENIX_VENV/bin/phoenix"

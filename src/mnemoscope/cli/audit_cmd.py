@@ -58,6 +58,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--batch-size", type=int, default=8)
     add_engine_args(p)
+    from mnemoscope.cli.endpoint_args import add_endpoint_args
+
+    add_endpoint_args(p, closed_book=True)
     p.add_argument("--json", action="store_true", help="print the audit as one JSON object")
     p.add_argument(
         "--color",
@@ -68,7 +71,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _use_colour(choice: str, stream: TextIO) -> bool:
+def use_colour(choice: str, stream: TextIO) -> bool:
     if choice == "always":
         return True
     if choice == "never" or os.environ.get("NO_COLOR"):
@@ -145,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import audit_endpoint
+
+        return audit_endpoint(args)
     if args.input and args.engine == "ray":
         return _run_ray(args)
     lm = load_from_args(args)
@@ -168,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(d, ensure_ascii=False))
     else:
-        print(render_audit(d, colour=_use_colour(args.color, sys.stdout)))
+        print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
     return 0
 
 

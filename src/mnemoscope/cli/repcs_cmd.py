@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mnemoscope.cli.endpoint_args import add_endpoint_args
 from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
 
 
@@ -68,6 +69,7 @@ def register(sub: Any) -> None:
     _trace_args(c)
     _detector_args(c)
     c.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
+    add_endpoint_args(c, prompts=True)
     c.set_defaults(func=_calibrate)
 
     s = rs.add_parser("score", help="score queries against a calibration (JSONL in, JSONL out, resumable)")
@@ -86,6 +88,7 @@ def register(sub: Any) -> None:
         "--force", action="store_true", help="score even if the model differs from the calibration's"
     )
     add_engine_args(s)
+    add_endpoint_args(s)
     s.set_defaults(func=_score)
 
     e = rs.add_parser(
@@ -108,6 +111,7 @@ def register(sub: Any) -> None:
     )
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--n-resamples", type=int, default=1000)
+    add_endpoint_args(e, prompts=True)
     e.set_defaults(func=_eval)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -169,6 +173,10 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from mnemoscope.pipelines.repcs import calibration_hash
 
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import repcs_calibrate_endpoint
+
+        return repcs_calibrate_endpoint(args)
     out = Path(args.out)
     lm = load_from_args(args)
     config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
@@ -229,6 +237,10 @@ def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
 def _score(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.repcs import score_file
 
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import repcs_score_endpoint
+
+        return repcs_score_endpoint(args)
     if args.engine == "ray":
         res = _ray_score(args)
     else:
@@ -258,6 +270,10 @@ def _eval(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.repcs import evaluate
     from mnemoscope.stats import undefined_reason
 
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import repcs_eval_endpoint
+
+        return repcs_eval_endpoint(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lm = load_from_args(args)

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from mnemoscope.cli.endpoint_args import add_endpoint_args
 from mnemoscope.cli.main import add_chat_arg, add_model_args, load_from_args
 
 SHIPPED = "shipped:context-reliance"
@@ -55,6 +56,7 @@ def register(sub: Any) -> None:
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--on-error", choices=["skip", "raise"], default="skip")
     c.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
+    add_endpoint_args(c, prompts=True)
     c.set_defaults(func=_calibrate)
 
     s = sub.add_parser(
@@ -82,6 +84,7 @@ def register(sub: Any) -> None:
         default=None,
         help="no API key required (local experiments only)",
     )
+    add_endpoint_args(s)
     s.set_defaults(func=_serve)
 
     lg = sub.add_parser("log", help="the tamper-evident audit log")
@@ -131,6 +134,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     for e in errors:
         print(f"skipped: {e}", file=sys.stderr)
     records = _sample(records, args.max_records, args.seed)
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import calibrate_endpoint
+
+        return calibrate_endpoint(args, records, errors)
     cfg = CalibrationConfig(
         template=args.template,
         task=args.task,
@@ -189,7 +196,12 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, overrides)
     if settings.device == "auto":
         settings = settings.model_copy(update={"device": None})
-    app = create_app(settings)
+    engine = None
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import endpoint_engine
+
+        engine = endpoint_engine(args, settings.rule, settings.max_batch_size, settings.profile)
+    app = create_app(settings, engine=engine)
     uvicorn.run(
         app,
         host=settings.host,

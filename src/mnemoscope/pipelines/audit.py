@@ -531,10 +531,15 @@ class Auditor:
             raise cls(res.message, field=res.field)
         return res
 
-    def score(self, t: PairTrace) -> AuditResult:
-        """Everything after the model call: signals, attribution, verdict (no model call here)."""
+    def score(self, t: PairTrace, pieces: Sequence[str] | None = None) -> AuditResult:
+        """Everything after the model call: signals, attribution, verdict (no model call here).
+
+        ``pieces``: the text each answer token adds (default: decoded with the local tokenizer;
+        the endpoint backend passes the server's own token strings).
+        """
         prof = self.profile
-        pieces = answer_pieces(self.tracer.tokenizer, t.answer_ids.tolist())
+        if pieces is None:
+            pieces = answer_pieces(self.tracer.tokenizer, t.answer_ids.tolist())
         answer = "".join(pieces)
         signals, tokens = trace_signals(t, pieces, margin=prof.token_margin, repcs=self._repcs, profile=prof)
         spans = merge_spans(tokens)

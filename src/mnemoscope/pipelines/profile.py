@@ -198,7 +198,7 @@ def _profile_hash(header: dict[str, Any], crm_bytes: bytes) -> str:
     return h.hexdigest()
 
 
-def _data_hash(records: Sequence[Record]) -> str:
+def data_hash(records: Sequence[Record]) -> str:
     h = hashlib.sha256()
     for r in records:
         h.update(canonical_json({"id": r.id, "context": r.context, "query": r.query, "label": r.label}))
@@ -313,7 +313,7 @@ def calibrate_profile(
     crm_oof = None
     if "crm_probability" in c.verdict_candidates and kind != "none":
         crm_oof = oof_crm_probability(folder, kind, c)
-    margin, verdict = _fit_verdict(lm, pairs, labels, repcs, c, crm_oof)
+    margin, verdict = fit_verdict(lm, pairs, labels, repcs, c, crm_oof)
 
     header: dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -350,7 +350,7 @@ def calibrate_profile(
         },
         "verdict": None if verdict is None else verdict.to_dict(),
         "data": {
-            "sha256": _data_hash(records),
+            "sha256": data_hash(records),
             "n_records": len(records) + len(input_errors),
             "n_traced": n,
             "n_clean": n_clean,
@@ -391,19 +391,25 @@ def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: 
     return oof
 
 
-def _fit_verdict(
+def fit_verdict(
     lm: Any,
     pairs: Sequence[Any],
     labels: np.ndarray | None,
     repcs: Any,
     c: CalibrationConfig,
     crm_oof: np.ndarray | None = None,
+    pieces: Sequence[Sequence[str]] | None = None,
 ) -> tuple[float, VerdictModel | None]:
-    """The token margin (from memorized answers) and the verdict model (needs both labels)."""
+    """The token margin (from memorized answers) and the verdict model (needs both labels).
+
+    ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the endpoint
+    backend passes the server's, with ``lm=None``).
+    """
     from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
     from mnemoscope.pipelines.audit import answer_pieces, trace_signals
 
-    pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in pairs]
+    if pieces is None:
+        pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in pairs]
     mem_pmis = [
         content_word_pmis(
             pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
@@ -480,6 +486,11 @@ def load_profile(path: str | Path, *, model: Any = None) -> AuditProfile:
         header = json.loads(hp.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ProfileError(f"{hp} is not valid JSON ({e.msg})") from e
+    if header.get("backend") == "endpoint":
+        raise ProfileError(
+            f"{path} is an endpoint profile (calibrated against a served model with `mnemoscope calibrate "
+            "--endpoint`): use it with --endpoint URL"
+        )
     if header.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{hp}: format {header.get('format')!r} is not {PROFILE_FORMAT!r}")
     crm_path = path / header["crm"]["file"]

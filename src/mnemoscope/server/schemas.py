@@ -140,6 +140,9 @@ class AuditOut(BaseModel):
     context: str | None = None
     query: str | None = None
     seq: int | None = None
+    backend: str | None = Field(None, description="'endpoint' when the model is served (docs/endpoint.md)")
+    endpoint_method: str | None = Field(None, description="the log-prob mechanism used over the endpoint")
+    unavailable: list[str] | None = Field(None, description="signals not measured over the endpoint")
 
 
 class ErrorOut(BaseModel):

@@ -17,7 +17,7 @@ Shapes are written as dimension names: ``layer`` = L + 1, ``d`` = hidden size,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 
@@ -99,6 +99,10 @@ class PairTrace:
         answer_without_ids, answer_without: greedy answer of the no-context path (opt-in).
         label: 1 = the flagged condition (member/memorized), 0 = not, ``None`` = unknown.
         template: the prompt builder settings used.
+        backend: empty for an in-process trace; for a served model
+            (:mod:`mnemoscope.trace.endpoint`) ``{"kind": "endpoint", "endpoint", "model",
+            "method", "kl_estimator", "k", "unmeasured", "notes"}``: hidden states are then
+            ``None``, entropies NaN (not measured) and ``kl_steps`` the top-k estimate.
     """
 
     id: str
@@ -130,6 +134,7 @@ class PairTrace:
     answer_without: str | None = None
     label: int | None = None
     template: dict[str, object] = field(default_factory=dict)
+    backend: Any = field(default_factory=dict)  # dict[str, Any] (Any: constructors pass **arrays)
 
     @property
     def n_steps(self) -> int:

@@ -1,0 +1,387 @@
+"""``--endpoint URL``: the flags and command bodies that audit a model behind an inference server.
+
+Shared by ``mnemoscope audit``, ``repcs calibrate|score|eval``, ``calibrate`` and ``serve``
+(each command's module adds the flags and hands over to a function here when ``--endpoint``
+is given). docs/endpoint.md describes the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_endpoint_args",
+    "audit_endpoint",
+    "calibrate_endpoint",
+    "client_from_args",
+    "endpoint_engine",
+    "repcs_calibrate_endpoint",
+    "repcs_eval_endpoint",
+    "repcs_score_endpoint",
+]
+
+
+def add_endpoint_args(
+    p: argparse.ArgumentParser, *, prompts: bool = False, closed_book: bool = False
+) -> None:
+    """The endpoint flags; ``prompts`` adds the ones that choose how prompts are built (commands
+    that calibrate: audits reuse the profile's)."""
+    g = p.add_argument_group("endpoint (a model behind an OpenAI-compatible server; docs/endpoint.md)")
+    g.add_argument(
+        "--endpoint",
+        metavar="URL",
+        default=None,
+        help="the server's OpenAI base URL ending in /v1 (e.g. http://127.0.0.1:8080/v1): audit the model "
+        "it serves through completions log-probs instead of loading one",
+    )
+    g.add_argument(
+        "--endpoint-model", metavar="NAME", default=None, help="served model name (default: first listed)"
+    )
+    g.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        default=None,
+        help="environment variable holding the API key (never logged)",
+    )
+    g.add_argument("--endpoint-timeout", type=float, default=120.0, metavar="S", help="seconds per request")
+    g.add_argument(
+        "--endpoint-retries", type=int, default=2, metavar="N", help="retries (backoff) on 5xx/429/time-out"
+    )
+    g.add_argument("--endpoint-concurrency", type=int, default=2, metavar="N", help="requests in flight")
+    if closed_book:
+        g.add_argument(
+            "--closed-book-test",
+            action="store_true",
+            help="chat-only APIs (no prompt log-probs): compare the answers generated with and without the "
+            "context instead -- a different, weaker test, no verdict (docs/endpoint.md)",
+        )
+    if prompts:
+        g.add_argument(
+            "--chat-template",
+            metavar="SRC",
+            default=None,
+            help="how chat prompts are rendered client-side: 'default' (the embedded model's GGUF), a .gguf "
+            "file, a jinja file, or 'none' (plain prompts; llama-cpp-python then refuses, see docs)",
+        )
+        g.add_argument(
+            "--eos-token", metavar="TEXT", default=None, help="the EOS token's text (default: from the GGUF)"
+        )
+        g.add_argument(
+            "--top-k", type=int, default=20, help="alternatives per position over the endpoint (default 20)"
+        )
+
+
+def client_from_args(args: argparse.Namespace) -> Any:
+    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+
+    return EndpointClient(
+        EndpointConfig(
+            args.endpoint,
+            model=args.endpoint_model,
+            api_key_env=args.api_key_env,
+            timeout=args.endpoint_timeout,
+            retries=args.endpoint_retries,
+            concurrency=args.endpoint_concurrency,
+        )
+    )
+
+
+def _template_spec(args: argparse.Namespace) -> str | None:
+    from mnemoscope.errors import InputError
+
+    chat: Any = getattr(args, "chat", "auto")
+    if isinstance(chat, bool):
+        chat = "on" if chat else "off"
+    spec = args.chat_template
+    if chat == "off":
+        return None
+    if chat == "on" and spec in (None, "none"):
+        raise InputError(
+            "--chat on over an endpoint needs --chat-template (the server does not expose its template)",
+            field="chat_template",
+        )
+    return None if spec == "none" else spec
+
+
+def _pair_config(args: argparse.Namespace) -> Any:
+    from mnemoscope.trace.endpoint import EndpointPairConfig, load_chat_template
+    from mnemoscope.trace.templates import PromptBuilder
+
+    tpl = load_chat_template(_template_spec(args), eos_text=args.eos_token)
+    builder = PromptBuilder(template=args.template, chat=tpl.chat_template is not None)
+    return EndpointPairConfig(
+        builder=builder, template=tpl, max_new_tokens=args.max_new_tokens, top_k=args.top_k
+    )
+
+
+def _report_failures(failures: list[dict[str, Any]], where: str) -> None:
+    for f in failures:
+        print(f"mnemoscope: {where}: record {f['id']}: {f['message']}", file=sys.stderr)
+
+
+# -- audit -------------------------------------------------------------------------------------------
+
+
+def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) -> Any:
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.endpoint import EndpointAuditor, load_endpoint_profile
+
+    if not args.profile:
+        raise InputError(
+            "--endpoint needs --profile DIR: an endpoint profile from `mnemoscope calibrate --endpoint URL --out DIR` "
+            "(the shipped profile needs hidden states and the in-process weights)",
+            field="profile",
+        )
+    return EndpointAuditor(client, load_endpoint_profile(args.profile), rule=rule, batch_size=batch_size)  # type: ignore[arg-type]
+
+
+def audit_endpoint(args: argparse.Namespace) -> int:
+    """``mnemoscope audit --endpoint URL --profile DIR ...``."""
+    from mnemoscope.cli.audit_cmd import render_audit, use_colour
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest, run_audit_file
+
+    if getattr(args, "closed_book_test", False):
+        from mnemoscope.pipelines.endpoint import closed_book_comparison
+
+        if args.input or args.query is None:
+            raise InputError("--closed-book-test takes one --context and --query")
+        with client_from_args(args) as client:
+            print(
+                json.dumps(closed_book_comparison(client, args.context or "", args.query), ensure_ascii=False)
+            )
+        return 0
+    with client_from_args(args) as client:
+        auditor = _auditor(args, client, args.rule, args.batch_size)
+        if args.input:
+            summary = run_audit_file(
+                auditor, args.input, args.out, progress=not args.quiet, overwrite=args.overwrite
+            )
+            print(
+                f"audited {summary['audited']} records over {args.endpoint} into {args.out}/results.jsonl "
+                f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
+            )
+            return 0
+        (res,) = auditor.audit(
+            [
+                AuditRequest(
+                    args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens
+                )
+            ]
+        )
+    if isinstance(res, AuditFailure):
+        raise InputError(res.message, field=res.field)
+    d = res.to_dict()
+    if args.json:
+        print(json.dumps(d, ensure_ascii=False))
+    else:
+        print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
+        print(f"Backend: endpoint {d['endpoint']} ({d['endpoint_method']})")
+    return 0
+
+
+# -- mnemoscope calibrate --endpoint -----------------------------------------------------------------
+
+
+def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
+    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
+
+    cfg = EndpointCalibrationConfig(
+        template=args.template,
+        task=args.task,
+        chat_template=_template_spec(args),
+        eos_text=args.eos_token,
+        max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        repcs_alpha=args.repcs_alpha,
+        seed=args.seed,
+    )
+    with client_from_args(args) as client:
+        prof = calibrate_endpoint_profile(
+            client, records, args.out, cfg, progress=not args.quiet, input_errors=errors
+        )
+    h = prof.header
+    _report_failures(h["data"]["failures"], "calibrate")
+    v = prof.audit.verdict
+    tau = prof.audit.repcs_tau
+    print(
+        f"wrote {args.out}: endpoint profile for {h['model']['name']} at {h['endpoint']['base_url']} "
+        f"(fingerprint {h['model']['fingerprint'][:21]}), method {h['endpoint_method']}; RePCS tau "
+        f"{tau:.3f} (top-k, k={h['top_k']}, n={h['repcs']['n']}); verdict signals "
+        f"{[] if v is None else v.selected_}; {h['data']['n_traced']} records traced "
+        f"({h['data']['n_errors']} failed) in {h['data']['seconds']:.0f} s; profile hash {prof.audit.content_hash[:16]}"
+    )
+    return 0
+
+
+def endpoint_engine(args: argparse.Namespace, rule: str, batch_size: int, profile: str | None = None) -> Any:
+    """The auditor ``mnemoscope serve --endpoint`` runs (its client lives as long as the server);
+    ``profile``: the settings' profile when ``--profile`` is not given."""
+    if not args.profile and profile:
+        args.profile = profile
+    return _auditor(args, client_from_args(args), rule, batch_size)
+
+
+# -- repcs ---------------------------------------------------------------------------------------------
+
+
+def _traced(args: argparse.Namespace, client: Any, config: Any) -> tuple[list[Any], list[Any]]:
+    from mnemoscope.data import read_records
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.endpoint import trace_records
+
+    records, errors = read_records(args.input, on_error=args.on_error)
+    for e in errors:
+        print(f"mnemoscope: skipped {args.input}: {e}", file=sys.stderr)
+    if not records:
+        raise InputError(f"{args.input}: no valid records")
+    traced = trace_records(client, records, config, progress=not args.quiet, on_error=args.on_error)
+    _report_failures(traced.failures, "skipped")
+    if not traced.traces:
+        raise InputError(f"no record could be traced over {client.endpoint}")
+    return traced.records, traced.traces
+
+
+def _detector(args: argparse.Namespace) -> Any:
+    from mnemoscope.detectors.repcs import RePCS
+
+    if args.estimator == "full":
+        print(
+            "mnemoscope: over an endpoint Z is the top-k estimate (full-vocabulary KL is not available)",
+            file=sys.stderr,
+        )
+    return RePCS(
+        alpha=args.alpha,
+        aggregate=args.aggregate,
+        direction=args.direction,
+        estimator="topk",
+        k=args.k or args.top_k,
+        delta=args.delta,
+        max_steps=None,
+    )
+
+
+def _identity(client: Any, config: Any) -> tuple[dict[str, Any], Any]:
+    from mnemoscope.pipelines.endpoint import endpoint_model_info
+
+    caps = client.require_teacher_forcing()
+    fp = client.fingerprint()
+    return endpoint_model_info(client, fp), caps
+
+
+def _pc_dict(config: Any) -> dict[str, Any]:
+    return {**config.builder.to_dict(), "max_new_tokens": config.max_new_tokens, "top_k": config.top_k}
+
+
+def repcs_calibrate_endpoint(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from mnemoscope.pipelines.repcs import calibration_hash
+
+    out = Path(args.out)
+    config = _pair_config(args)
+    with client_from_args(args) as client:
+        model, caps = _identity(client, config)
+        records, traces = _traced(args, client, config)
+    labels = np.array([0 if r.label is None else r.label for r in records])
+    det = _detector(args).fit(traces, labels)
+    clean = [t for t, y in zip(traces, labels, strict=True) if y == 0]
+    record = det.calibration_record(
+        model=model,
+        pair_config=_pc_dict(config),
+        chat_template=config.template.to_dict(),
+        backend="endpoint",
+        endpoint_method=caps.method,
+        calibration_data_sha256=calibration_hash(clean),
+        input=args.input,
+        n_memorized=int((labels == 1).sum()),
+        empty_context_records=int(sum(t.identical_prompts for t in clean)),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, default=float) + "\n")
+    tau = record["tau"]
+    print(
+        f"tau = {tau:.4f} nats (top-k Z over {args.endpoint}, alpha {args.alpha}, n = {record['n']} clean queries, "
+        f"T = {record['T']}) -> {out}"
+    )
+    return 0
+
+
+def repcs_score_endpoint(args: argparse.Namespace) -> int:
+    from mnemoscope.pipelines.endpoint import score_file_endpoint
+
+    with client_from_args(args) as client:
+        res = score_file_endpoint(
+            client,
+            args.calibration,
+            args.input,
+            args.out,
+            on_error=args.on_error,
+            progress=not args.quiet,
+            check_model=not args.force,
+        )
+    for e in res["errors"]:
+        print(f"mnemoscope: skipped line {e.get('line')} (id {e.get('id')}): {e['message']}", file=sys.stderr)
+    print(
+        f"{res['scored']} scored, {res['already_done']} already done, {len(res['errors'])} skipped -> {res['out']}"
+    )
+    return 0
+
+
+def repcs_eval_endpoint(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.repcs import evaluate
+    from mnemoscope.stats import undefined_reason
+
+    if args.selfcheck:
+        raise InputError("--selfcheck samples the model locally; it is not available with --endpoint")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = _pair_config(args)
+    with client_from_args(args) as client:
+        model, caps = _identity(client, config)
+        records, traces = _traced(args, client, config)
+    if any(r.label is None for r in records):
+        raise InputError(f"{args.input}: every record needs a label (1 = memorized, 0 = clean) for eval")
+    labels = np.array([r.label for r in records])
+    reason = undefined_reason(labels)
+    if reason:
+        raise InputError(f"{args.input}: {reason}: AUC is undefined")
+    calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    res = evaluate(
+        traces,
+        labels,
+        _detector(args),
+        calibration=calibration,
+        calibration_fraction=args.calibration_fraction,
+        seed=args.seed,
+        n_resamples=args.n_resamples,
+        kinds=[r.extra.get("kind") for r in records],
+    )
+    res.report.update(
+        model=model,
+        input=args.input,
+        pair_config=_pc_dict(config),
+        seed=args.seed,
+        backend="endpoint",
+        endpoint_method=caps.method,
+        unavailable=["full-vocabulary KL (the report's estimator is top-k)", "hidden-state detectors"],
+    )
+    (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
+    with (out / "scores.jsonl").open("w") as f:
+        for row in res.rows:
+            f.write(json.dumps({**row, "backend": "endpoint", "endpoint_method": caps.method}) + "\n")
+    r = res.report
+    ci = r["roc_auc_ci"]
+    print(
+        f"RePCS over {args.endpoint} ({caps.method}) on {r['n']} records ({r['n_pos']} memorized / {r['n_neg']} clean): "
+        f"ROC-AUC {r['roc_auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}], top-k k={args.k or args.top_k}"
+    )
+    print(f"-> {out}/report.json, {out}/scores.jsonl")
+    return 0

@@ -1,0 +1,554 @@
+"""Paired traces of a served model: RePCS's two paths from an OpenAI-compatible server.
+
+For one (context, query) and the prompt builder of a profile:
+
+1. **Generation** (with-context path): ``POST /v1/completions`` with the with-context prompt,
+   greedy, ``max_tokens = T``, ``logprobs = k``: the answer, its tokens as the server spells
+   them, and per step the top-k log-probabilities. A forced answer (``--answer``) skips it.
+2. **Tokenization**: the server tokenizes each prompt and each prompt + answer
+   (``/extras/tokenize`` on llama-cpp-python, ``/tokenize`` on llama.cpp's server). The answer
+   ids are the tokens after the prompt's; the prompt's tokens must be an exact prefix (no merge
+   across the boundary), both paths must give the same answer ids, and those ids must spell the
+   generated tokens one for one. Otherwise :class:`TokenAlignmentError`: positions are never
+   compared misaligned.
+3. **Teacher forcing** (both paths): ``echo: true, logprobs: k, max_tokens: 1`` on
+   prompt + answer returns, for every answer position, ``log p(y_t | prefix)`` and the top-k of
+   that position's distribution. Each path's first answer position is checked against a
+   one-token generation from the bare prompt (same distribution, computed by the server's
+   generation code, whose alignment is right by construction): a server that shifts echoed
+   log-probs by one position (llama-cpp-python does when the prompt does not begin with the
+   model's BOS token) is refused, not silently mis-scored.
+4. **EOS**: when the generation stopped on the end-of-sequence token before T tokens, the
+   in-process trace counts EOS as a step; here its text (``eos_text``, read from the GGUF or
+   the chat template) is appended to the forced answer so that the step is scored too. The
+   step is kept only if the with-context path ranks it first there (the greedy generation did
+   stop on it); else it is dropped with a note.
+
+The result is a :class:`~mnemoscope.trace.types.PairTrace` whose KL per step is the truncated
+top-k estimate (:func:`mnemoscope.detectors.repcs.topk_kl`), whose answer log-probs are exact,
+and whose hidden states and entropies are *not measured* (``None`` / NaN). ``trace.backend``
+says so.
+
+Top-k entries are keyed by the server's token strings (OpenAI's completions format has no
+alternative ids); the answer's own tokens keep their real ids and the other strings get
+negative ids, unique per string within a trace, so that both paths share one key space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemoscope.divergence import topk_kl
+from mnemoscope.errors import InputError
+from mnemoscope.models.endpoint import (
+    EndpointCapabilityError,
+    EndpointClient,
+    EndpointError,
+    TokenAlignmentError,
+)
+from mnemoscope.trace.templates import PromptBuilder
+from mnemoscope.trace.types import PairTrace
+
+__all__ = [
+    "UNMEASURED",
+    "ChatTemplate",
+    "EndpointPairConfig",
+    "ParsedLogprobs",
+    "check_same_distribution",
+    "load_chat_template",
+    "parse_logprobs",
+    "top_k_entries",
+    "trace_endpoint_pair",
+]
+
+# What a black-box endpoint cannot give: reported, never filled in.
+UNMEASURED: tuple[str, ...] = (
+    "hidden states (CRM displacement, LTS, crm_probability; SCAR; RADAR)",
+    "full-vocabulary KL and entropies (top-k estimate only)",
+)
+
+
+# -- chat templates ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A chat template rendered client-side the way transformers renders it (jinja2, sandboxed,
+    ``trim_blocks`` and ``lstrip_blocks``), standing in for a tokenizer in
+    :meth:`PromptBuilder.build`.
+
+    Attributes:
+        chat_template: the jinja source (``None``: plain prompts, no chat wrapping).
+        eos_text: the end-of-sequence token's text (e.g. ``<|im_end|>``), for the EOS step.
+        bos_text: the BOS token's text (passed to templates that use ``bos_token``).
+        source: where the template came from (for the record).
+    """
+
+    chat_template: str | None
+    eos_text: str | None = None
+    bos_text: str | None = None
+    source: str = "none"
+
+    @property
+    def sha256(self) -> str | None:
+        import hashlib
+
+        return None if self.chat_template is None else hashlib.sha256(self.chat_template.encode()).hexdigest()
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, str]], tokenize: bool = False, add_generation_prompt: bool = True
+    ) -> str:
+        if self.chat_template is None:
+            raise InputError("no chat template: pass --chat-template (a .gguf, a .jinja file or 'default')")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(msg: str) -> None:
+            raise InputError(f"chat template error: {msg}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        tpl = env.from_string(self.chat_template)
+        return tpl.render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_text or "",
+            eos_token=self.eos_text or "",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "sha256": self.sha256,
+            "eos_text": self.eos_text,
+            "bos_text": self.bos_text,
+            "chat_template": self.chat_template,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChatTemplate:
+        return cls(
+            chat_template=d.get("chat_template"),
+            eos_text=d.get("eos_text"),
+            bos_text=d.get("bos_text"),
+            source=str(d.get("source", "profile")),
+        )
+
+
+def _gguf_meta(path: Path) -> dict[str, Any]:
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    out: dict[str, Any] = {}
+    for key in (
+        "tokenizer.chat_template",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+    ):
+        f = r.fields.get(key)
+        if f is None:
+            continue
+        part = f.parts[f.data[0]]
+        out[key] = bytes(part).decode("utf-8") if key.endswith("template") else int(part[0])
+    toks = r.fields.get("tokenizer.ggml.tokens")
+    for key, name in (
+        ("tokenizer.ggml.bos_token_id", "bos_text"),
+        ("tokenizer.ggml.eos_token_id", "eos_text"),
+    ):
+        if toks is not None and key in out:
+            out[name] = bytes(toks.parts[toks.data[out[key]]]).decode("utf-8", errors="replace")
+    return out
+
+
+def load_chat_template(spec: str | None, *, eos_text: str | None = None) -> ChatTemplate:
+    """A chat template from ``spec``: ``None``/``"none"`` (plain prompts), ``"default"`` (the
+    embedded default model's GGUF), a ``.gguf`` file (its ``tokenizer.chat_template`` and EOS
+    token) or a jinja file. ``eos_text`` overrides the EOS text (needed for a plain jinja file
+    or plain prompts when the EOS step should be scored).
+    """
+    if spec is None or spec == "none":
+        return ChatTemplate(None, eos_text=eos_text, source="none")
+    path: Path
+    if spec == "default":
+        from mnemoscope.models.loader import default_gguf_path
+
+        path = default_gguf_path()
+    else:
+        path = Path(spec)
+    if not path.is_file():
+        raise InputError(f"chat template {spec!r}: no such file", field="chat_template")
+    if path.suffix == ".gguf":
+        meta = _gguf_meta(path)
+        tpl = meta.get("tokenizer.chat_template")
+        if not tpl:
+            raise InputError(f"{path} has no tokenizer.chat_template", field="chat_template")
+        return ChatTemplate(
+            tpl,
+            eos_text=eos_text or meta.get("eos_text"),
+            bos_text=meta.get("bos_text"),
+            source=f"gguf:{path.name}",
+        )
+    return ChatTemplate(path.read_text(encoding="utf-8"), eos_text=eos_text, source=f"file:{path.name}")
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParsedLogprobs:
+    """OpenAI completions ``logprobs`` (legacy format): one entry per returned token."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+
+
+def parse_logprobs(
+    choice: dict[str, Any], *, endpoint: str | None = None, what: str = "completion"
+) -> ParsedLogprobs:
+    """The ``logprobs`` block of a completions choice; an error when the server ignored ``logprobs``."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+        raise EndpointCapabilityError(
+            f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=endpoint
+        )
+    toks = [str(t) for t in lp["tokens"]]
+    tlp = lp.get("token_logprobs") or [None] * len(toks)
+    tops = lp.get("top_logprobs") or [None] * len(toks)
+    if not (len(toks) == len(tlp) == len(tops)):
+        raise EndpointError(f"the {what}'s logprobs lists have different lengths", endpoint=endpoint)
+    clean_tops: list[dict[str, float] | None] = []
+    for t in tops:
+        if t is None:
+            clean_tops.append(None)
+        elif isinstance(t, dict):
+            clean_tops.append({str(a): float(b) for a, b in t.items()})
+        elif isinstance(t, list):  # some servers return [{"token": ..., "logprob": ...}]
+            clean_tops.append({str(e["token"]): float(e["logprob"]) for e in t})
+        else:
+            raise EndpointError(
+                f"the {what}'s top_logprobs entries are not token->logprob maps", endpoint=endpoint
+            )
+    return ParsedLogprobs(toks, [None if v is None else float(v) for v in tlp], clean_tops)
+
+
+def top_k_entries(
+    top: dict[str, float] | None, k: int, *, where: str, endpoint: str | None = None, min_k: int = 1
+) -> list[tuple[str, float]]:
+    """The (at most) k most probable entries of one position, most probable first.
+
+    Fewer than k distinct entries happen legitimately when two tokens share a spelling (the
+    completions format keys alternatives by text: several special tokens all spell ``""``);
+    a server that caps top-k below k is caught by :meth:`EndpointClient.require_teacher_forcing`.
+
+    Raises:
+        EndpointCapabilityError: fewer than ``min_k`` entries, or a non-finite log-prob.
+    """
+    if not top:
+        raise EndpointCapabilityError(f"no top-k log-probs at {where}", endpoint=endpoint)
+    items = sorted(top.items(), key=lambda kv: -kv[1])[:k]
+    if len(items) < min_k:
+        raise EndpointCapabilityError(
+            f"the server returned {len(items)} alternatives at {where}, fewer than {min_k}", endpoint=endpoint
+        )
+    for tok, v in items:
+        if not math.isfinite(v) or v > 1e-4:
+            raise EndpointError(f"invalid log-prob {v!r} for {tok!r} at {where}", endpoint=endpoint)
+    return items
+
+
+def check_same_distribution(
+    a: dict[str, float], b: dict[str, float], *, tol: float, n_top: int = 3
+) -> tuple[bool, float]:
+    """(same?, max |diff| over shared tokens): each side's top ``n_top`` tokens are in the other's
+    top-k and the shared log-probs agree within ``tol`` nats."""
+    for x, y in ((a, b), (b, a)):
+        for tok, _ in sorted(x.items(), key=lambda kv: -kv[1])[:n_top]:
+            if tok not in y:
+                return False, math.inf
+    shared = set(a) & set(b)
+    worst = max((abs(a[t] - b[t]) for t in shared), default=math.inf)
+    return worst <= tol, worst
+
+
+# -- tracing ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndpointPairConfig:
+    """Settings of an endpoint pair trace.
+
+    Attributes:
+        builder: the prompt builder (the profile's; chat prompts are rendered by ``template``).
+        template: the chat template (and EOS text).
+        max_new_tokens: T.
+        top_k: alternatives per position (OpenAI's API allows at most 20 on completions' legacy
+            ``logprobs``; llama.cpp and vLLM accept more).
+        align_tol: tolerance (nats) of the alignment checks: the echoed first answer position
+            against a one-token generation, and each generated token against the with-context
+            top-1. llama.cpp's logits depend on how a prompt is batched (a re-used KV-cache prefix
+            plus a one-token decode vs one prefill): up to ~0.2 nats on the default Q4_1 model,
+            measured; a shifted position gives other top tokens altogether.
+    """
+
+    builder: PromptBuilder
+    template: ChatTemplate
+    max_new_tokens: int = 32
+    top_k: int = 20
+    align_tol: float = 0.5
+
+
+def trace_endpoint_pair(
+    client: EndpointClient,
+    rid: str,
+    context: str,
+    query: str,
+    config: EndpointPairConfig,
+    *,
+    answer: str | None = None,
+    max_new_tokens: int | None = None,
+    label: int | None = None,
+) -> tuple[PairTrace, list[str]]:
+    """Trace one pair through the server (module doc). Returns ``(trace, answer pieces)``: the
+    pieces are the text each answer token adds, as the server spells it.
+
+    Raises:
+        EndpointError, EndpointCapabilityError, TokenAlignmentError: naming the endpoint.
+        InputError: the prompts cannot be built.
+    """
+    ep = client.endpoint
+    T = max_new_tokens or config.max_new_tokens
+    k = config.top_k
+    b = config.builder
+    p_with, p_without = b.pair(context, query, config.template if b.chat else None)
+    ids_with = client.tokenize(p_with)
+    ids_without = client.tokenize(p_without)
+    if not ids_with or not ids_without:
+        raise InputError("a prompt tokenizes to 0 tokens", record=rid, field="query")
+
+    n_gen: int | None = None
+    stopped_eos = False
+    if answer is None:
+        # greedy generation without logprobs (llama-cpp-python formats generation logprobs slowly);
+        # the echo below scores the same tokens and checks they are the greedy ones
+        gen = client.completion(p_with, max_tokens=T)
+        answer_text = str(gen.get("text", ""))
+        c_tok = (gen.get("usage") or {}).get("completion_tokens")
+        n_gen = int(c_tok) if isinstance(c_tok, int) else None
+        stopped_eos = gen.get("finish_reason") == "stop" and (n_gen is None or n_gen < T)
+    else:
+        answer_text = answer
+
+    def first_position(prompt: str) -> dict[str, float] | None:
+        ch = client.completion(prompt, max_tokens=1, logprobs=k)
+        tops = parse_logprobs(ch, endpoint=ep, what="reference generation").top_logprobs
+        return tops[0] if tops else None  # None: the first token was EOS (nothing returned)
+
+    ref_with = first_position(p_with)
+    ref_without = first_position(p_without)
+
+    notes: list[str] = []
+    eos_text = config.template.eos_text
+    use_eos = stopped_eos and bool(eos_text)
+    if stopped_eos and not eos_text:
+        notes.append(
+            "the answer ended on EOS but its text is unknown (--eos-token): the EOS step is not scored"
+        )
+    suffix = answer_text + ((eos_text or "") if use_eos else "")
+
+    def answer_ids(prompt: str, prompt_ids: list[int], path: str) -> list[int]:
+        full = client.tokenize(prompt + suffix)
+        if full[: len(prompt_ids)] != prompt_ids:
+            raise TokenAlignmentError(
+                f"record {rid}: on the {path} path the answer's first token merges with the prompt's last "
+                "one when tokenized together; positions cannot be aligned",
+                endpoint=ep,
+            )
+        return full[len(prompt_ids) :]
+
+    ans = answer_ids(p_with, ids_with, "with-context")
+    ans0 = answer_ids(p_without, ids_without, "no-context")
+    if ans != ans0:
+        raise TokenAlignmentError(
+            f"record {rid}: the answer tokenizes differently after the two prompts", endpoint=ep
+        )
+    n_text = len(ans) - (1 if use_eos else 0)
+    if use_eos and (n_text < 0 or client.tokenize(str(eos_text))[-1:] != ans[-1:]):
+        raise TokenAlignmentError(f"record {rid}: the EOS text {eos_text!r} is not one token", endpoint=ep)
+    if n_gen is not None and n_text != n_gen:
+        raise TokenAlignmentError(
+            f"record {rid}: the server generated {n_gen} tokens but re-tokenizes the answer into "
+            f"{n_text}; positions cannot be aligned",
+            endpoint=ep,
+        )
+
+    def echo(prompt: str, path: str, ref: dict[str, float] | None) -> ParsedLogprobs:
+        n = len(ans)
+        if n == 0:
+            return ParsedLogprobs([], [], [])
+        ch = client.completion(prompt + suffix, max_tokens=1, logprobs=k, echo=True)
+        lp = parse_logprobs(ch, endpoint=ep, what=f"{path} echo")
+        c = (ch.get("usage") or {}).get("completion_tokens")
+        if not isinstance(c, int):
+            c = 1 if len(str(ch.get("text", ""))) > len(prompt + suffix) else 0
+        end = len(lp.tokens) - c
+        if end - n < 0:
+            raise TokenAlignmentError(
+                f"record {rid}: the {path} echo returned {len(lp.tokens)} tokens, fewer than the answer's {n}",
+                endpoint=ep,
+            )
+        sl = ParsedLogprobs(
+            lp.tokens[end - n : end], lp.token_logprobs[end - n : end], lp.top_logprobs[end - n : end]
+        )
+        # a special token (EOS) is spelled "" by some servers (llama-cpp-python), as itself by others
+        text_part = sl.tokens[:-1] if use_eos else sl.tokens
+        if "".join(text_part) != answer_text or (use_eos and sl.tokens[-1] not in ("", eos_text)):
+            raise TokenAlignmentError(
+                f"record {rid}: the {path} echo's last {n} tokens spell {''.join(sl.tokens)!r}, not the answer "
+                f"{suffix!r}",
+                endpoint=ep,
+            )
+        if ref is not None and sl.top_logprobs[0]:
+            ok, worst = check_same_distribution(sl.top_logprobs[0], ref, tol=config.align_tol)
+            if not ok:
+                raise TokenAlignmentError(
+                    f"record {rid}: the {path} echo's log-probs at the first answer position do not match the "
+                    f"server's own generation there (max diff {worst:.3f} nats): the echoed log-probs are "
+                    "shifted (llama-cpp-python shifts them when the prompt does not start with the BOS token; "
+                    "use a chat template that begins with it) -- refusing to compare misaligned positions",
+                    endpoint=ep,
+                )
+        return sl
+
+    e_with = echo(p_with, "with-context", ref_with)
+    e_without = echo(p_without, "no-context", ref_without)
+    if answer is None:
+        # the teacher-forced tokens must be the greedy generation: each one is the with-context top-1
+        for t in range(n_text):
+            top = e_with.top_logprobs[t] or {}
+            own = e_with.token_logprobs[t]
+            if not top or own is None or own < max(top.values()) - config.align_tol:
+                raise TokenAlignmentError(
+                    f"record {rid}: answer token {t} ({e_with.tokens[t]!r}) is not the with-context top-1: the "
+                    "re-tokenized answer differs from the tokens the server generated",
+                    endpoint=ep,
+                )
+    # EOS step: kept only if the with-context path ranks it first there (greedy stop).
+    if use_eos and e_with.top_logprobs:
+        last = e_with.top_logprobs[-1] or {}
+        if not last or max(last, key=lambda t: last[t]) != e_with.tokens[-1]:
+            notes.append(
+                "the EOS text is not the with-context top-1 after the answer: the EOS step is dropped"
+            )
+            ans = ans[:-1]
+            e_with = ParsedLogprobs(e_with.tokens[:-1], e_with.token_logprobs[:-1], e_with.top_logprobs[:-1])
+            e_without = ParsedLogprobs(
+                e_without.tokens[:-1], e_without.token_logprobs[:-1], e_without.top_logprobs[:-1]
+            )
+            use_eos = False
+
+    n = len(ans)
+    intern: dict[str, int] = {}
+    for s, i in zip(e_with.tokens, ans, strict=True):
+        intern.setdefault(s, int(i))
+    neg = [-1]
+    padded = [0]
+
+    def key_id(s: str) -> int:
+        if s not in intern:
+            intern[s] = neg[0]
+            neg[0] -= 1
+        return intern[s]
+
+    def arrays(
+        e: ParsedLogprobs, path: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, float]]]:
+        ids = np.zeros((n, k), dtype=np.int64)
+        lps = np.zeros((n, k), dtype=np.float32)
+        own = np.zeros(n, dtype=np.float32)
+        dicts = []
+        for t in range(n):
+            items = top_k_entries(e.top_logprobs[t], k, where=f"{path} answer step {t}", endpoint=ep)
+            row_ids = [key_id(s) for s, _ in items]
+            row_lps = [v for _, v in items]
+            if len(items) < k:  # spellings collided: repeat the last entry (same key, so no new mass)
+                padded[0] += 1
+                row_ids += [row_ids[-1]] * (k - len(items))
+                row_lps += [row_lps[-1]] * (k - len(items))
+            ids[t] = row_ids
+            lps[t] = row_lps
+            v = e.token_logprobs[t]
+            if v is None or not math.isfinite(v):
+                raise EndpointError(
+                    f"record {rid}: no log-prob for answer step {t} on the {path} path", endpoint=ep
+                )
+            own[t] = v
+            dicts.append(dict(items))
+        return ids, lps, own, dicts
+
+    ids_w, lps_w, own_w, d_w = arrays(e_with, "with-context")
+    ids_wo, lps_wo, own_wo, d_wo = arrays(e_without, "no-context")
+    if padded[0]:
+        notes.append(
+            f"{padded[0]} answer positions had fewer than k distinct top-k spellings (tokens spelled alike, "
+            "e.g. special tokens); their rows repeat the last entry"
+        )
+    fwd = np.zeros(n, dtype=np.float32)
+    rev = np.zeros(n, dtype=np.float32)
+    for t in range(n):
+        f, r = topk_kl(d_w[t], d_wo[t])
+        fwd[t], rev[t] = f, r
+    identical = ids_with == ids_without
+    if identical:
+        fwd[:] = 0.0
+        rev[:] = 0.0
+    pieces = list(e_with.tokens)
+    if use_eos:
+        pieces[-1] = ""  # special tokens add no text, as answer_pieces does in-process
+    nan = np.full(n, np.nan, dtype=np.float32)
+    caps = client.capabilities()
+    trace = PairTrace(
+        id=rid,
+        context=context,
+        query=query,
+        prompt_with=p_with,
+        prompt_without=p_without,
+        n_prompt_tokens_with=len(ids_with),
+        n_prompt_tokens_without=len(ids_without),
+        h_with=None,
+        h_without=None,
+        h_with_prenorm=None,
+        h_without_prenorm=None,
+        answer_ids=np.asarray(ans, dtype=np.int64),
+        answer_with="".join(pieces),
+        kl_steps=fwd,
+        kl_rev_steps=rev,
+        entropy_with=nan,
+        entropy_without=nan.copy(),
+        logprob_answer_with=own_w,
+        logprob_answer_without=own_wo,
+        topk_ids_with=ids_w,
+        topk_logprobs_with=lps_w,
+        topk_ids_without=ids_wo,
+        topk_logprobs_without=lps_wo,
+        stopped_at_eos=bool(use_eos),
+        identical_prompts=bool(identical),
+        label=label,
+        template=b.to_dict(),
+        backend={
+            "kind": "endpoint",
+            "endpoint": ep,
+            "model": client.model,
+            "method": caps.method,
+            "kl_estimator": "topk",
+            "k": k,
+            "unmeasured": list(UNMEASURED),
+            "notes": notes,
+        },
+    )
+    return trace, pieces
