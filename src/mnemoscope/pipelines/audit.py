@@ -63,6 +63,7 @@ __all__ = [
     "Source",
     "answer_pieces",
     "audit_batch",
+    "check_request",
     "check_results_meta",
     "check_text",
     "decide_source",
@@ -221,6 +222,23 @@ def check_text(value: Any, field_name: str, *, allow_empty: bool, record: str | 
 
 
 # -- signals and the decision ----------------------------------------------------------------------
+
+
+def check_request(req: AuditRequest, default_max_new_tokens: int) -> AuditFailure | None:
+    """The checks every backend makes on a request before any model call: valid UTF-8 text
+    without control characters in query, context and given answer (422), and an answer
+    length T >= 1 (422). ``None`` when the request is fine."""
+    try:
+        check_text(req.query, "query", allow_empty=False)
+        check_text(req.context, "context", allow_empty=True)
+        if req.answer is not None:
+            check_text(req.answer, "answer", allow_empty=False)
+    except InputError as e:
+        return AuditFailure(422, e.reason, e.field)
+    T = req.max_new_tokens or default_max_new_tokens
+    if T < 1:
+        return AuditFailure(422, f"max_new_tokens must be >= 1, got {T}", "max_new_tokens")
+    return None
 
 
 def answer_pieces(tokenizer: Any, answer_ids: Sequence[int] | np.ndarray) -> list[str]:
@@ -447,16 +465,10 @@ class Auditor:
         from mnemoscope.trace.pair import PairItem, prepare_pair
 
         rid = req.id if req.id is not None else str(i)
-        try:
-            check_text(req.query, "query", allow_empty=False)
-            check_text(req.context, "context", allow_empty=True)
-            if req.answer is not None:
-                check_text(req.answer, "answer", allow_empty=False)
-        except InputError as e:
-            return AuditFailure(422, e.reason, e.field)
+        bad = check_request(req, self.profile.max_new_tokens)
+        if bad is not None:
+            return bad
         T = req.max_new_tokens or self.profile.max_new_tokens
-        if T < 1:
-            return AuditFailure(422, f"max_new_tokens must be >= 1, got {T}", "max_new_tokens")
         for text, name, cap in (
             (req.context, "context", self.max_context_tokens),
             (req.query, "query", self.max_query_tokens),

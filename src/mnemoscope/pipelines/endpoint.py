@@ -48,7 +48,7 @@ from mnemoscope.pipelines.audit import (
     AuditRequest,
     AuditResult,
     Rule,
-    check_text,
+    check_request,
 )
 from mnemoscope.pipelines.profile import AnomalyRule, AuditProfile, ProfileError
 from mnemoscope.trace.endpoint import (
@@ -493,16 +493,9 @@ class EndpointAuditor(Auditor):
         }
 
     def _check(self, i: int, req: AuditRequest) -> AuditFailure | None:
-        try:
-            check_text(req.query, "query", allow_empty=False)
-            check_text(req.context, "context", allow_empty=True)
-            if req.answer is not None:
-                check_text(req.answer, "answer", allow_empty=False)
-        except InputError as e:
-            return AuditFailure(422, e.reason, e.field)
-        T = req.max_new_tokens or self.profile.max_new_tokens
-        if T < 1:
-            return AuditFailure(422, f"max_new_tokens must be >= 1, got {T}", "max_new_tokens")
+        bad = check_request(req, self.profile.max_new_tokens)
+        if bad is not None:
+            return bad
         for text, name, cap in (
             (req.context, "context", self.max_context_chars),
             (req.query, "query", self.max_query_chars),
