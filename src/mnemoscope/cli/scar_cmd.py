@@ -50,6 +50,13 @@ def register(sub: Any) -> None:
     )
     d.add_argument("--q-fdr", type=float, default=0.05)
     d.add_argument("--min-width", type=int, default=2)
+    d.add_argument(
+        "--rule",
+        choices=["paper", "any2", "per_signal"],
+        default="paper",
+        help="band rule: paper = all three conditions (default); any2 = at least two; per_signal = "
+        "each signal alone with its own permutation test (the card records all three)",
+    )
     d.add_argument("--n-permutations", type=int, default=999)
     d.add_argument("--n-bootstrap", type=int, default=200)
     d.add_argument("--seed", type=int, default=0)
@@ -85,6 +92,7 @@ def _audit(args: argparse.Namespace) -> int:
         percentiles=tuple(args.percentiles),
         q_fdr=args.q_fdr,
         min_width=args.min_width,
+        rule=args.rule,
         n_permutations=args.n_permutations,
         n_bootstrap=args.n_bootstrap,
         seed=args.seed,
@@ -109,7 +117,12 @@ def _audit(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
     )
     summary = {
+        "rule": args.rule,
         "bands": [list(b) for b in result.bands],
+        "bands_by_rule": {
+            r: [[b.first, b.last, *b.signals] for b in bs if b.accepted]
+            for r, bs in result.bands_by_rule.items()
+        },
         "rupture_layer": result.rupture_layer,
         "scar_score": None if result.scar is None else result.scar.estimate,
         "peak": result.peak.estimate,

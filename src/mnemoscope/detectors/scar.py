@@ -25,9 +25,14 @@ Protocol (choices the paper leaves open are marked *choice*; see ``docs/scar.md`
    are interchangeable on these prompts"). Statistic (*choice*): ``T_suspect(l) -
    T_anchor(l)`` for ``"within"``, ``T(l)`` of the deltas for ``"anchor_delta"``; one-sided
    (greater), +1-corrected. Benjamini-Hochberg across layers.
-6. Bands: maximal contiguous runs where all conditions hold; accepted when ``width >= 2``
-   and some layer in the band has ``q <= q_fdr``. ``l*`` = left-most arg-max of the signed
-   ``T`` in the accepted band with the highest peak.
+6. Bands (:func:`rupture_bands`): maximal contiguous runs where all conditions hold; accepted
+   when ``width >= 2`` and some layer in the band has ``q <= q_fdr``. ``l*`` = left-most
+   arg-max of the signed ``T`` in the accepted band with the highest peak. ``rule="paper"``
+   (default) is this AND of the three conditions; two relaxations are offered for diagnosis:
+   ``"any2"`` (at least two of the three conditions on each layer of the run, composite test)
+   and ``"per_signal"`` (each signal's condition alone, tested with that signal's own
+   permutation statistic and BH across layers). Every audit records the bands under all three
+   rules (``bands_by_rule``); ``bands`` / ``l*`` / ``SCAR`` follow the detector's ``rule``.
 7. Scores: ``SCAR`` = peak hinge ``T`` in that band, ``SCAR_area`` = its mean over the band,
    ``SCAR_raw`` = ``a max dkappa + b (-min L) + c max ||v||^2`` (raw units), and the band-free
    ``peak`` = ``max_l`` hinge ``T`` and ``excess`` = ``max_l (T - T_anchor)``. Percentile
@@ -59,19 +64,30 @@ from mnemoscope.features.spectral import (
 from mnemoscope.stats import Estimate, bh_adjust, bootstrap_ci, permutation_pvalues
 
 __all__ = [
+    "RULES",
+    "SIGNALS",
+    "Band",
+    "PerPromptScores",
     "Reference",
+    "Rule",
     "ScarData",
     "ScarDetector",
     "ScarResult",
     "calibrate_weights",
     "contiguous_runs",
+    "per_prompt_scores",
     "resolve_k",
+    "result_bands",
     "result_summary",
+    "rupture_bands",
 ]
 
 log = logging.getLogger(__name__)
 
 Reference = Literal["within", "anchor_delta"]
+Rule = Literal["paper", "any2", "per_signal"]
+RULES: tuple[Rule, ...] = ("paper", "any2", "per_signal")
+SIGNALS: tuple[str, str, str] = ("kappa", "length", "drift")
 _PROGRESS_EVERY = 100
 FIRST_LAYER = 2
 
@@ -152,6 +168,7 @@ class ScarResult:
     thresholds: dict[str, float]
     weights: tuple[float, float, float]
     settings: dict[str, Any]
+    bands_by_rule: dict[str, list[Band]] = field(default_factory=dict)
 
     @property
     def detected(self) -> bool:
@@ -188,6 +205,8 @@ class ScarResult:
                 "peak": est(self.peak),
                 "excess": est(self.excess),
             },
+            "rule": self.settings.get("rule", "paper"),
+            "bands_by_rule": {r: [b.to_dict() for b in bs] for r, bs in self.bands_by_rule.items()},
             "thresholds": dict(self.thresholds),
             "weights": list(self.weights),
             "layers": [int(x) for x in self.layers],
@@ -217,6 +236,149 @@ def contiguous_runs(
     if start is not None:
         runs.append((int(lay[start]), int(lay[len(lay) - 1])))
     return runs
+
+
+@dataclass(frozen=True)
+class Band:
+    """A run of layers meeting a band rule's conditions.
+
+    ``signals`` names the conditions that define the run (``paper``: all three, or two without
+    drift; ``any2``: every condition that holds on some layer of the run; ``per_signal``: the one
+    signal). ``min_q`` is the smallest BH q-value in the run of the test the rule uses (the
+    composite ``T`` test, or the signal's own test for ``per_signal``); ``accepted`` = width >=
+    ``min_width`` and ``min_q <= q_fdr``.
+    """
+
+    first: int
+    last: int
+    signals: tuple[str, ...]
+    min_q: float
+    accepted: bool
+
+    @property
+    def width(self) -> int:
+        return self.last - self.first + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "first": self.first,
+            "last": self.last,
+            "width": self.width,
+            "signals": list(self.signals),
+            "min_q": self.min_q,
+            "accepted": self.accepted,
+        }
+
+
+def band_conditions(z: np.ndarray, thresholds: dict[str, float], *, drift: bool = True) -> np.ndarray:
+    """``[3 layer]`` booleans: kappa spike ``z_kappa > tau_kappa``, length dip ``z_L <
+    z_length_below``, drift surge ``z_v > tau_v`` (all ``False`` without drift)."""
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2 or z.shape[0] != 3:
+        raise InputError(f"z must be [3 layer] (kappa, length, drift), got shape {z.shape}", field="z")
+    missing = {"tau_kappa", "z_length_below", "tau_v"} - set(thresholds)
+    if missing:
+        raise InputError(f"thresholds lack {sorted(missing)}", field="thresholds")
+    cond = np.stack(
+        [
+            z[0] > thresholds["tau_kappa"],
+            z[1] < thresholds["z_length_below"],
+            z[2] > thresholds["tau_v"],
+        ]
+    )
+    if not drift:
+        cond[2] = False
+    return cond
+
+
+def rupture_bands(
+    z: np.ndarray,
+    thresholds: dict[str, float],
+    q: np.ndarray,
+    layers: Sequence[int] | np.ndarray,
+    *,
+    rule: Rule = "paper",
+    q_signal: np.ndarray | None = None,
+    drift: bool = True,
+    min_width: int = 2,
+    q_fdr: float = 0.05,
+) -> list[Band]:
+    """All candidate bands of one audit under a band rule (accepted or not, in layer order).
+
+    Args:
+        z: ``[3 layer]`` suspect z-scores ``(z_kappa, z_L, z_v)``.
+        thresholds: ``tau_kappa``, ``z_length_below``, ``tau_v`` (from the anchor).
+        q: ``[layer]`` BH q-values of the composite permutation test.
+        layers: layer indices.
+        rule: ``"paper"`` (all conditions on every layer: the paper's rule, two conditions
+            without drift), ``"any2"`` (at least two of the conditions on every layer; without
+            drift the same as ``"paper"``), ``"per_signal"`` (each signal's condition alone,
+            accepted on that signal's own q-values ``q_signal``).
+        q_signal: ``[3 layer]`` BH q-values of the per-signal permutation tests (``per_signal``).
+
+    Example:
+        >>> z = np.array([[0, 3, 3, 0], [0, -3, -3, 0], [0, 3, 0, 0]], dtype=float)
+        >>> th = {"tau_kappa": 1.0, "z_length_below": -1.0, "tau_v": 1.0}
+        >>> q = np.array([1, 0.01, 0.01, 1])
+        >>> [(b.first, b.last) for b in rupture_bands(z, th, q, [2, 3, 4, 5])]
+        [(3, 3)]
+        >>> [(b.first, b.last, b.accepted) for b in rupture_bands(z, th, q, [2, 3, 4, 5], rule="any2")]
+        [(3, 4, True)]
+    """
+    if rule not in RULES:
+        raise InputError(f"rule must be one of {', '.join(RULES)}; got {rule!r}", field="rule")
+    lay = np.asarray(layers, dtype=np.int64)
+    cond = band_conditions(z, thresholds, drift=drift)
+    q = np.asarray(q, dtype=np.float64)
+    if q.shape != lay.shape or cond.shape[1] != lay.shape[0]:
+        raise InputError(
+            f"z ({cond.shape[1]} layers), q ({q.shape[0]}) and layers ({lay.shape[0]}) must align", field="q"
+        )
+    n_sig = 3 if drift else 2
+
+    def make(mask: np.ndarray, qv: np.ndarray, names: Callable[[np.ndarray], tuple[str, ...]]) -> list[Band]:
+        out = []
+        for a, b in contiguous_runs(mask, lay):
+            sel = (lay >= a) & (lay <= b)
+            mq = float(qv[sel].min())
+            out.append(Band(a, b, names(sel), mq, bool(b - a + 1 >= min_width and mq <= q_fdr)))
+        return out
+
+    if rule == "paper":
+        return make(np.asarray(cond[:n_sig].all(axis=0)), q, lambda _: SIGNALS[:n_sig])
+    if rule == "any2":
+        return make(
+            np.asarray(cond[:n_sig].sum(axis=0) >= 2),
+            q,
+            lambda sel: tuple(SIGNALS[i] for i in range(n_sig) if cond[i, sel].any()),
+        )
+    if q_signal is None:
+        raise InputError("rule 'per_signal' needs the per-signal q-values (q_signal)", field="q_signal")
+    qs = np.asarray(q_signal, dtype=np.float64)
+    if qs.shape != (3, lay.shape[0]):
+        raise InputError(f"q_signal must be [3 layer], got shape {qs.shape}", field="q_signal")
+    bands: list[Band] = []
+    for i in range(n_sig):
+        bands += make(cond[i], qs[i], lambda _, i=i: (SIGNALS[i],))  # type: ignore[misc]
+    return sorted(bands, key=lambda b: (b.first, b.last, SIGNALS.index(b.signals[0])))
+
+
+def result_bands(result: ScarResult, rule: Rule = "paper") -> list[Band]:
+    """:func:`rupture_bands` of a finished audit under any rule (no resampling is repeated)."""
+    pl, st = result.per_layer, result.settings
+    z = np.stack([pl["z_kappa"], pl["z_length"], pl["z_drift"]])
+    q_signal = np.stack([pl["q_kappa"], pl["q_length"], pl["q_drift"]]) if "q_kappa" in pl else None
+    return rupture_bands(
+        z,
+        result.thresholds,
+        pl["q"],
+        result.layers,
+        rule=rule,
+        q_signal=q_signal,
+        drift=bool(st.get("drift", True)),
+        min_width=int(st.get("min_width", 2)),
+        q_fdr=float(st.get("q_fdr", 0.05)),
+    )
 
 
 def resolve_k(k: int | Literal["auto"], n_prompts: int, d_model: int) -> int:
@@ -276,6 +438,8 @@ class ScarDetector(BaseEstimator):
         percentiles: anchor percentiles for ``(tau_kappa, tau_L, tau_v)``.
         q_fdr: BH level for band acceptance.
         min_width: minimum band width.
+        rule: band rule: ``"paper"`` (AND of the conditions, default), ``"any2"`` or
+            ``"per_signal"`` (relaxations, see :func:`rupture_bands`).
         n_permutations, n_bootstrap, confidence: resampling settings.
         seed: seeds permutations and bootstrap.
         progress: a callable ``(done, total)`` for long resampling loops (or ``None``).
@@ -296,6 +460,7 @@ class ScarDetector(BaseEstimator):
         percentiles: tuple[float, float, float] = (90.0, 10.0, 90.0),
         q_fdr: float = 0.05,
         min_width: int = 2,
+        rule: Rule = "paper",
         n_permutations: int = 999,
         n_bootstrap: int = 200,
         confidence: float = 0.95,
@@ -314,6 +479,7 @@ class ScarDetector(BaseEstimator):
         self.percentiles = percentiles
         self.q_fdr = q_fdr
         self.min_width = min_width
+        self.rule = rule
         self.n_permutations = n_permutations
         self.n_bootstrap = n_bootstrap
         self.confidence = confidence
@@ -329,6 +495,7 @@ class ScarDetector(BaseEstimator):
             "center": (self.center, ("median", "mean")),
             "drift_aggregate": (self.drift_aggregate, ("mean", "median")),
             "reference": (self.reference, ("within", "anchor_delta")),
+            "rule": (self.rule, RULES),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:
@@ -442,6 +609,12 @@ class ScarDetector(BaseEstimator):
     def _stat(self, prof: _Profile) -> np.ndarray:
         return prof.T - prof.T_anchor if self.reference == "within" else prof.T
 
+    def _signal_stats(self, prof: _Profile) -> np.ndarray:
+        """``[3 layer]`` one-sided per-signal statistics (kappa spike, length dip, drift surge):
+        the suspect's z minus the anchor's (``within``) or the delta z (``anchor_delta``)."""
+        z = prof.zs - prof.za if self.reference == "within" else prof.zs
+        return np.stack([z[0], -z[1], z[2]])
+
     def _thresholds(self, za: np.ndarray) -> tuple[float, float, float]:
         pk, pl, pv = self.percentiles
         return (
@@ -522,28 +695,45 @@ class ScarDetector(BaseEstimator):
 
         gen = np.random.default_rng(self.seed)
         total = self.n_permutations + self.n_bootstrap
+        sig_stat = self._signal_stats(obs)
         null = np.empty((self.n_permutations, stat.shape[0]))
+        null_sig = np.empty((self.n_permutations, *sig_stat.shape))
         for i in range(self.n_permutations):
             swap = gen.integers(0, 2, size=n).astype(bool)
             rs = np.where(swap, base + n, base)
             ra = np.where(swap, base, base + n)
-            null[i] = self._stat(profile(rs, ra))
+            prof_i = profile(rs, ra)
+            null[i] = self._stat(prof_i)
+            null_sig[i] = self._signal_stats(prof_i)
             if self.progress is not None and (i + 1) % _PROGRESS_EVERY == 0:
                 self.progress(i + 1, total)
         # rounded to 1e-9 so that float round-off between identical rows counts as a tie
         p = permutation_pvalues(np.round(stat, 9), np.round(null, 9))
         q = bh_adjust(p)
+        p_sig = np.stack(
+            [permutation_pvalues(np.round(sig_stat[j], 9), np.round(null_sig[:, j], 9)) for j in range(3)]
+        )
+        q_sig = np.stack([bh_adjust(p_sig[j]) for j in range(3)])
 
         zs = obs.zs
-        cond = (zs[0] > tau_k) & (zs[1] < tau_l)
-        if self.drift:
-            cond &= zs[2] > tau_v
-        candidates = contiguous_runs(cond, layers)
-        accepted = []
-        for a, b in candidates:
-            sel = (layers >= a) & (layers <= b)
-            if b - a + 1 >= self.min_width and float(q[sel].min()) <= self.q_fdr:
-                accepted.append((a, b))
+        thresholds = {"tau_kappa": tau_k, "z_length_below": tau_l, "tau_v": tau_v}
+        by_rule: dict[str, list[Band]] = {
+            r: rupture_bands(
+                zs,
+                thresholds,
+                q,
+                layers,
+                rule=r,
+                q_signal=q_sig,
+                drift=self.drift,
+                min_width=self.min_width,
+                q_fdr=self.q_fdr,
+            )
+            for r in RULES
+        }
+        chosen = by_rule[str(self.rule)]
+        candidates = list(dict.fromkeys((b.first, b.last) for b in chosen))
+        accepted = list(dict.fromkeys((b.first, b.last) for b in chosen if b.accepted))
         rupture: int | None = None
         top: tuple[int, int] | None = None
         if accepted:
@@ -604,8 +794,10 @@ class ScarDetector(BaseEstimator):
             "stat": stat,
             "p": p,
             "q": q,
+            **{f"stat_{name}": sig_stat[j] for j, name in enumerate(SIGNALS)},
+            **{f"p_{name}": p_sig[j] for j, name in enumerate(SIGNALS)},
+            **{f"q_{name}": q_sig[j] for j, name in enumerate(SIGNALS)},
         }
-        thresholds = {"tau_kappa": tau_k, "z_length_below": tau_l, "tau_v": tau_v}
         settings = {
             **{k: v for k, v in self.get_params().items() if k != "progress"},
             "k_used": self.k_,
@@ -614,6 +806,9 @@ class ScarDetector(BaseEstimator):
             "n_prompts": n,
             "n_layers": suspect.n_layers,
             "permutation_statistic": "T - T_anchor" if self.reference == "within" else "T(anchor deltas)",
+            "per_signal_statistic": "z_s - z_anchor (kappa, -length, drift)"
+            if self.reference == "within"
+            else "z of the deltas (kappa, -length, drift)",
             "permutation_scheme": "paired swap of each prompt's suspect/anchor rows, p=(1+#>=)/(1+B)",
             "bootstrap": "paired prompt resamples, observed band fixed, percentile CI",
             "layer_convention": "layer l = output of block l (residual stream, pre final norm), l=2..N-1",
@@ -633,6 +828,7 @@ class ScarDetector(BaseEstimator):
             thresholds=thresholds,
             weights=tuple(float(w) for w in self.weights),  # type: ignore[arg-type]
             settings=settings,
+            bands_by_rule=by_rule,
         )
 
 
@@ -685,3 +881,109 @@ def result_summary(result: ScarResult) -> dict[str, Any]:
     """The headline numbers of a result (for logs and tables)."""
     d = result.to_dict()
     return {k: d[k] for k in ("bands", "rupture_layer", "scar_score", "scar_score_ci", "peak", "peak_ci")}
+
+
+@dataclass(frozen=True)
+class PerPromptScores:
+    """Per-prompt SCAR-type evidence of a suspect and an anchor on the same prompts.
+
+    Curvature has no per-prompt value (it is a property of the spectrum of a set of prompts),
+    so the per-prompt score uses the two signals that decompose over prompts:
+
+    * ``drift``: mean over layers ``2..N-1`` of ``||g_i(l)||``, the norm of prompt ``i``'s own
+      gradient of ``log p(target | prompt)`` (``v(l)`` is the mean of these vectors);
+    * ``length``: sum over the same steps ``l -> l+1`` of ``sqrt(d_i^T G_l d_i)``,
+      ``d_i = h_i(l+1) - h_i(l)``, with ``G_l`` the inverse Ledoit-Wolf covariance of the
+      pooled suspect and anchor rows at state ``l`` (one metric for both models);
+    * ``score = z(drift) - z(length)``, z = robust z against the *anchor's* prompts (median,
+      plain MAD): the paper's direction (drift surge, effort dip) fixed in advance.
+
+    ``summary()`` gives, for each, the AUC of suspect rows (label 1) against anchor rows
+    (label 0) and the paired fraction of prompts where the suspect's value is higher.
+    """
+
+    ids: tuple[str, ...]
+    drift_suspect: np.ndarray
+    drift_anchor: np.ndarray
+    length_suspect: np.ndarray
+    length_anchor: np.ndarray
+    score_suspect: np.ndarray
+    score_anchor: np.ndarray
+
+    def auc(self, name: str) -> float | None:
+        from mnemoscope.stats import roc_auc
+
+        s, a = getattr(self, f"{name}_suspect"), getattr(self, f"{name}_anchor")
+        return roc_auc(np.concatenate([s, a]), np.concatenate([np.ones(len(s)), np.zeros(len(a))]))
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"n_prompts": len(self.ids)}
+        for name in ("drift", "length", "score"):
+            s, a = getattr(self, f"{name}_suspect"), getattr(self, f"{name}_anchor")
+            out[name] = {
+                "auc_suspect_vs_anchor": self.auc(name),
+                "paired_fraction_suspect_higher": float(np.mean(s > a)),
+                "mean_suspect": float(np.mean(s)),
+                "mean_anchor": float(np.mean(a)),
+            }
+        return out
+
+
+def _robust_against(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    med = float(np.median(ref))
+    mad = float(np.median(np.abs(ref - med)))
+    if mad == 0:
+        mad = float(np.mean(np.abs(ref - med))) or 1.0
+    return (x - med) / mad
+
+
+def per_prompt_scores(
+    suspect: ScarData, anchor: ScarData, *, first_layer: int = FIRST_LAYER
+) -> PerPromptScores:
+    """Per-prompt drift, length and score of both models (see :class:`PerPromptScores`).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> H = rng.normal(size=(20, 6, 8)); G = rng.normal(size=(20, 6, 8))
+        >>> ids = tuple(str(i) for i in range(20))
+        >>> pp = per_prompt_scores(ScarData(H, G * 3, ids), ScarData(H, G, ids))
+        >>> pp.auc("drift") > 0.9, pp.auc("length")
+        (True, 0.5)
+    """
+    from sklearn.covariance import LedoitWolf
+
+    if suspect.ids != anchor.ids or suspect.hidden.shape != anchor.hidden.shape:
+        raise InputError("per-prompt scores need suspect and anchor traced on the same prompts", field="id")
+    if suspect.grad is None or anchor.grad is None:
+        raise InputError(
+            "per-prompt scores need gradients of both models (prompts need targets)", field="target"
+        )
+    Hs, Ha = np.asarray(suspect.hidden, np.float64), np.asarray(anchor.hidden, np.float64)
+    n_states = Hs.shape[1]
+    last = n_states - 2  # layers first_layer..N-1 (state N is only a neighbour)
+    if not 1 <= first_layer <= last:
+        raise InputError(f"first_layer must be in [1, {last}], got {first_layer}", field="first_layer")
+    steps = range(first_layer, last + 1)
+    Ls, La = np.zeros(Hs.shape[0]), np.zeros(Hs.shape[0])
+    for ell in steps:
+        pooled = np.concatenate([Hs[:, ell], Ha[:, ell]])
+        prec = LedoitWolf().fit(pooled).precision_
+        for H, acc in ((Hs, Ls), (Ha, La)):
+            d = H[:, ell + 1] - H[:, ell]
+            acc += np.sqrt(np.maximum(np.einsum("id,de,ie->i", d, prec, d), 0.0))
+    Gs, Ga = np.asarray(suspect.grad, np.float64), np.asarray(anchor.grad, np.float64)
+    Ds = np.linalg.norm(Gs[:, first_layer : last + 1], axis=-1).mean(axis=1)
+    Da = np.linalg.norm(Ga[:, first_layer : last + 1], axis=-1).mean(axis=1)
+
+    def score(d: np.ndarray, length: np.ndarray) -> np.ndarray:
+        return _robust_against(d, Da) - _robust_against(length, La)
+
+    return PerPromptScores(
+        ids=suspect.ids,
+        drift_suspect=Ds,
+        drift_anchor=Da,
+        length_suspect=Ls,
+        length_anchor=La,
+        score_suspect=score(Ds, Ls),
+        score_anchor=score(Da, La),
+    )

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from tqdm.auto import tqdm
 
-from mnemoscope.detectors.scar import Reference, ScarData, ScarDetector, ScarResult, resolve_k
+from mnemoscope.detectors.scar import Reference, Rule, ScarData, ScarDetector, ScarResult, resolve_k
 from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.features.spectral import Center, Metric, SlopeMethod
 from mnemoscope.io import atomic_savez
@@ -154,6 +154,7 @@ class AuditConfig:
     percentiles: tuple[float, float, float] = (90.0, 10.0, 90.0)
     q_fdr: float = 0.05
     min_width: int = 2
+    rule: Rule = "paper"
     n_permutations: int = 999
     n_bootstrap: int = 200
     seed: int = 0
@@ -188,6 +189,7 @@ class AuditConfig:
             percentiles=self.percentiles,
             q_fdr=self.q_fdr,
             min_width=self.min_width,
+            rule=self.rule,
             n_permutations=self.n_permutations,
             n_bootstrap=self.n_bootstrap,
             seed=self.seed,
