@@ -228,6 +228,71 @@ def test_evaluate_report_contract():
     json.dumps(rep)  # serialisable
 
 
+def test_families_block_and_input_l1():
+    """Each family is its own in-fold pipeline: the L3 signal shows in every family with L3 only."""
+    from mnemoscope.pipelines.crm.eval import FAMILIES, family_entries, input_l1
+
+    data = synthetic(n=60, signal=3.0)
+    y = np.asarray(data.labels)
+    c = CRMEvalConfig(n_resamples=50)
+    rng = np.random.default_rng(1)
+    ctx, qry = rng.normal(size=(60, 8)), rng.normal(size=(60, 8))
+    l1_in = input_l1(ctx, qry)
+    np.testing.assert_allclose(l1_in, embedding_distance(ctx, qry))
+    fam = family_entries(data, y, c, l1_input=l1_in)
+    rows = {r["family"]: r for r in fam["rows"]}
+    assert list(rows) == [name for name, _ in FAMILIES] + ["L1(input)"]
+    for name, r in rows.items():
+        assert len(r["roc_auc_ci"]) == 2 and len(r["fold_aucs"]) == 5, name
+    for name in ("L3", "L1+L3", "L2+L3", "L1+L2+L3"):
+        assert rows[name]["roc_auc"] > 0.8, name
+    for name in ("L1", "L2", "L1+L2", "L1(input)"):
+        assert rows[name]["roc_auc"] < 0.75, name
+    # the full family is crm_lr (same pipeline, same folds)
+    full = run_method(crm_pipeline(levels=("l1", "l2", "l3")), data, y, c)
+    assert rows["L1+L2+L3"]["roc_auc"] == full.auc.estimate
+    no_input = family_entries(data, y, c)["rows"][-1]
+    assert no_input["roc_auc"] is None and "encoder" in no_input["error"]
+    no_l1 = CRMData(data.ids, data.labels, data.disp, data.surface[:, 1:], KL_FEATURES)
+    r1 = {r["family"]: r for r in family_entries(no_l1, y, c)["rows"]}
+    assert r1["L1"]["roc_auc"] is None and "Level 1" in r1["L1"]["error"]
+    assert r1["L2+L3"]["roc_auc"] > 0.8
+
+
+def test_evaluate_blind_baselines_and_shift_fields():
+    """crm eval's blind baselines read the contexts (never the model); the shift fields come
+    from the diagnostic; no text = skipped and said; blind=False = the 'not measured' fields."""
+    from mnemoscope.report.crm import crm_markdown
+
+    data = synthetic(n=60, signal=0.0)
+    y = np.asarray(data.labels)
+    texts = [
+        f"In the year {1880 + i % 25} the mill was whereupon restored, as the elders did decree."
+        if lab
+        else f"In {2031 + i % 25} the mill got upgraded, and the council posted an update online."
+        for i, lab in enumerate(y)
+    ]
+    c = CRMEvalConfig(n_resamples=50)
+    rep = evaluate(data, c, texts=texts, analyses=False, progress=False, blind=True, families=False)
+    b = rep["blind"]
+    assert [e["method"] for e in b["entries"]] == ["blind_tfidf", "blind_date", "blind_embedding"]
+    assert rep["shift_warning"] is True and "text alone" in rep["shift_reason"]
+    assert b["best_blind_auc"] > 0.95 and len(rep["oof_scores"]["blind_tfidf"]) == 60
+    md = crm_markdown(rep)
+    assert "Shift warning" in md and "AUC - best blind" in md and "## Blind baselines" in md
+    json.dumps(rep)
+    none = evaluate(data, c, texts=None, analyses=False, progress=False, blind=True, families=False)
+    assert none["shift_warning"] is False and "not measured" in none["shift_reason"]
+    assert "no text" in none["blind"]["skipped"]
+    assert all(e["status"] == "not measured" for e in none["blind"]["entries"])
+    off = evaluate(data, c, texts=texts, analyses=False, progress=False, families=False)
+    assert (
+        off["shift_warning"] is False
+        and off["blind"]["entries"] == []
+        and "--no-blind" in off["blind"]["skipped"]
+    )
+
+
 # --------------------------------------------------------------------------- artefact
 
 
@@ -424,7 +489,8 @@ def test_cli_eval_fit_contract(tmp_path, tiny_folder, capsys):
     code = main([*common, "crm", "eval", "--model", str(tiny_folder), "--input", str(tmp_path / "in.jsonl"),
                  "--out", str(out), "-T", "3", "--embedder", "none", "--folds", "3", "--bootstrap", "50",
                  "--permutations", "2", "--no-causal", "--no-xgb"])  # fmt: skip
-    err = capsys.readouterr().err
+    cap = capsys.readouterr()
+    err, out_text = cap.err, cap.out
     assert code == 0, err
     assert "line 13" in err and "context" in err
     rep = json.loads((out / "report.json").read_text())
@@ -432,7 +498,14 @@ def test_cli_eval_fit_contract(tmp_path, tiny_folder, capsys):
     for m in ("crm_lr", "l1l2_lr", "lts_mean", "l2_multilayer", "raw_final_diff", "static_mia_lr", "loss",
               "logit_lens_lr", "attn_flow_lr", "grad_norm_lr"):  # fmt: skip
         assert "roc_auc" in rep[m] and "roc_auc_ci" in rep[m]
+    assert isinstance(rep["shift_warning"], bool) and rep["shift_reason"]
+    assert [e["method"] for e in rep["blind"]["entries"]] == ["blind_tfidf", "blind_date", "blind_embedding"]
+    fam = {r["family"]: r for r in rep["families"]["rows"]}
+    assert fam["L2+L3"]["roc_auc"] is not None and fam["L1"]["roc_auc"] is None  # --embedder none
+    assert "shift diagnostic" in out_text or "WARNING" in out_text
+    assert "family L2+L3" in out_text
     assert (out / "report.md").read_text().startswith("# CRM on")
+    assert "## CRM's signal by feature family" in (out / "report.md").read_text()
     assert (out / "layer_auc.png").is_file() and (out / "roc.png").is_file()
     code = main([*common, "crm", "fit", "--traces", str(out / "traces"), "--out", str(tmp_path / "crm.npz"),
                  "--folds", "3", "--bootstrap", "50"])  # fmt: skip

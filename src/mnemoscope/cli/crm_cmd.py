@@ -170,6 +170,12 @@ def register(sub: Any) -> None:
     )
     v.add_argument("--no-causal", action="store_true", help="skip noise injection and activation patching")
     v.add_argument("--no-same-topic", action="store_true", help="skip the same-topic control")
+    v.add_argument(
+        "--no-blind",
+        action="store_true",
+        help="skip the blind baselines (TF-IDF, date, sentence embedding of the contexts, never the "
+        "model) and with them the shift diagnostic",
+    )
     v.add_argument("--title", default=None, help="report title (default: the model name)")
     v.set_defaults(func=_eval)
 
@@ -237,20 +243,42 @@ def _eval(args: argparse.Namespace) -> int:
         templates=templates,
         causal=not args.no_causal,
         same_topic=not args.no_same_topic,
+        blind=not args.no_blind,
         overwrite=args.overwrite,
         progress=not args.quiet,
         title=args.title
         or f"CRM on {lm.info.name}" + (f" + {Path(args.adapter).name}" if args.adapter else ""),
     )
+    _print_eval(report)
+    print(f"protocol {report['protocol']}; report: {Path(args.out) / 'report.json'}")
+    return 0
+
+
+def _auc(e: dict[str, Any]) -> str:
+    return f"{e['roc_auc']:.3f} [{e['roc_auc_ci'][0]:.3f}, {e['roc_auc_ci'][1]:.3f}]"
+
+
+def _print_eval(report: dict[str, Any]) -> None:
+    """The terminal summary of ``crm eval``: the shift diagnostic first, then the AUCs."""
+    blind = report.get("blind") or {}
+    if report.get("shift_warning"):
+        print(f"WARNING: {report.get('shift_reason')}")
+    elif blind.get("skipped"):
+        print(f"blind baselines: {blind['skipped']}")
+    else:
+        print(f"shift diagnostic: {report.get('shift_reason')}")
+    bb = blind.get("best_blind_auc")
+    vs = f"  (best blind {blind.get('best_blind')} {bb:.3f})" if bb is not None else ""
     rows = [(m, report[m]) for m in ("crm_lr", "crm_xgb", "crm_l3_lr", "l1l2_lr") if m in report]
     for m, e in rows:
         if e.get("roc_auc") is not None:
-            print(f"{m:10s} AUC {e['roc_auc']:.3f} [{e['roc_auc_ci'][0]:.3f}, {e['roc_auc_ci'][1]:.3f}]")
+            print(f"{m:10s} AUC {_auc(e)}{vs}")
+    for row in (report.get("families") or {}).get("rows", []):
+        if row.get("roc_auc") is not None:
+            print(f"family {row['family']:9s} AUC {_auc(row)}")
     best = report.get("best_likelihood")
     if best:
         print(f"best likelihood baseline: {best['method']} {best['roc_auc']:.3f}")
-    print(f"protocol {report['protocol']}; report: {Path(args.out) / 'report.json'}")
-    return 0
 
 
 def _report(args: argparse.Namespace) -> int:

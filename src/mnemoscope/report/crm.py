@@ -33,6 +33,63 @@ def _plt() -> Any:
     return plt
 
 
+def _best_blind(r: Mapping[str, Any]) -> tuple[str, float] | None:
+    b = r.get("blind") or {}
+    if b.get("best_blind") is None or b.get("best_blind_auc") is None:
+        return None
+    return str(b["best_blind"]), float(b["best_blind_auc"])
+
+
+def _shift_lines(r: Mapping[str, Any]) -> list[str]:
+    """The shift diagnostic (from :func:`mnemoscope.detectors.blind.shift_diagnostic`)."""
+    if "shift_warning" not in r:
+        return []
+    if r.get("shift_warning"):
+        return ["", f"> **Shift warning**: {r.get('shift_reason')}."]
+    return ["", f"Shift diagnostic: {r.get('shift_reason')}."]
+
+
+def _family_lines(r: Mapping[str, Any]) -> list[str]:
+    fam = r.get("families") or {}
+    rows = fam.get("rows") or []
+    if not rows:
+        return []
+    bb = _best_blind(r)
+    out = [
+        "",
+        "## CRM's signal by feature family",
+        "",
+        "Each family through the same scaler + logistic regression as crm_lr, same folds; L1(input) = "
+        "CRM's Level-1 statistic on the inputs, 1 - cos(enc(context), enc(query)), no model."
+        + (f" Best blind baseline: {bb[0]} {_f(bb[1])}." if bb else ""),
+        "",
+        "| family | reads | AUC [95% CI] | AUC - best blind |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        diff = None if bb is None or row.get("roc_auc") is None else row["roc_auc"] - bb[1]
+        val = _ci(row) if row.get("roc_auc") is not None else f"n/a ({row.get('error', '')})"
+        out.append(f"| {row['family']} | {row.get('source', '')} | {val} | {_f(diff)} |")
+    return out
+
+
+def _blind_lines(r: Mapping[str, Any]) -> list[str]:
+    b = r.get("blind")
+    if not b:
+        return []
+    out = ["", "## Blind baselines (the text alone, never the model)", ""]
+    if b.get("skipped"):
+        out.append(f"{b['skipped']}.")
+    entries = b.get("entries") or []
+    if entries:
+        out += [f"{b.get('protocol', '')}", "", "| method | AUC [95% CI] | note |", "|---|---|---|"]
+        for e in entries:
+            note = e.get("reason", "") if e.get("roc_auc") is None else ""
+            val = _ci(e) if e.get("roc_auc") is not None else "not measured"
+            out.append(f"| {e['method']} | {val} | {note} |")
+    return out
+
+
 def crm_markdown(report: Mapping[str, Any], title: str = "CRM evaluation") -> str:
     """The report as Markdown: main table, ablations, controls, layers, causal, directions."""
     r = report
@@ -48,6 +105,7 @@ def crm_markdown(report: Mapping[str, Any], title: str = "CRM evaluation") -> st
             "\n> Paper protocol: directions and layer selection come from a calibration subset that "
             "is also part of the CV folds (leaks); compare with the leakage-free run."
         )
+    out += _shift_lines(r)
     best = r.get("best_likelihood") or {}
     crm, xgb = r.get("crm_lr", {}), r.get("crm_xgb", {})
     gain = None
@@ -71,20 +129,26 @@ def crm_markdown(report: Mapping[str, Any], title: str = "CRM evaluation") -> st
     l3 = r.get("crm_l3_lr", {})
     d = None if crm.get("roc_auc") is None or l3.get("roc_auc") is None else crm["roc_auc"] - l3["roc_auc"]
     out.append(f"| {_ci(crm)} | {_ci(l3)} | {_ci(r.get('l1l2_lr', {}))} | {_f(d)} |")
+    out += _family_lines(r)
+    bb = _best_blind(r)
+    bb_head = f"best blind ({bb[0]})" if bb else "best blind"
     out += [
         "",
         "## All methods",
         "",
-        "| method | group | AUC [95% CI] | fold std | what |",
-        "|---|---|---|---|---|",
+        f"| method | group | AUC [95% CI] | {bb_head} | AUC - best blind | fold std | what |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in r.get("methods", []):
         e = r.get(name, {})
         what = e.get("description", "") + (f" - error: {e['error']}" if e.get("error") else "")
         std = e.get("fold_auc_std")
+        diff = None if bb is None or e.get("roc_auc") is None else e["roc_auc"] - bb[1]
         out.append(
-            f"| {name} | {e.get('group', '')} | {_ci(e)} | {_f(std) if std is not None else ''} | {what} |"
+            f"| {name} | {e.get('group', '')} | {_ci(e)} | {_f(bb[1]) if bb else 'n/a'} | {_f(diff)} "
+            f"| {_f(std) if std is not None else ''} | {what} |"
         )
+    out += _blind_lines(r)
     perm = a.get("permutation", {})
     tm = a.get("templates", {})
     st = a.get("same_topic", {})

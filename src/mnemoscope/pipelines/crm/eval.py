@@ -45,7 +45,18 @@ from mnemoscope.features.tokens import TokenStats
 from mnemoscope.stats import auc_ci, calibration_split, cross_val_scores, paper_protocol_cv
 from mnemoscope.stats.cv import CVResult
 
-__all__ = ["CRMEvalConfig", "MethodSpec", "crm_methods", "evaluate", "lts_kwargs", "run_method"]
+__all__ = [
+    "FAMILIES",
+    "CRMEvalConfig",
+    "MethodSpec",
+    "blind_block",
+    "crm_methods",
+    "evaluate",
+    "family_entries",
+    "input_l1",
+    "lts_kwargs",
+    "run_method",
+]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +177,123 @@ def _entry(cv: CVResult, spec: MethodSpec | None = None, **extra: Any) -> dict[s
     return e
 
 
+# CRM's signal by feature family (issue 19): every non-empty subset of the three levels.
+FAMILIES: tuple[tuple[str, tuple[Level, ...]], ...] = (
+    ("L1", ("l1",)),
+    ("L2", ("l2",)),
+    ("L3", ("l3",)),
+    ("L1+L2", ("l1", "l2")),
+    ("L1+L3", ("l1", "l3")),
+    ("L2+L3", ("l2", "l3")),
+    ("L1+L2+L3", ("l1", "l2", "l3")),
+)
+L1_INPUT_KEY = "l1_input"
+
+
+def input_l1(context_embeddings: np.ndarray, query_embeddings: np.ndarray) -> np.ndarray:
+    """CRM's Level-1 statistic fed with the *inputs* instead of the generations.
+
+    ``1 - cos(enc(context), enc(query))`` per record, with the same sentence encoder as
+    Level 1 (whose statistic is ``1 - cos(enc(y_0), enc(y_c))`` of the two answers). It needs
+    no model: it is what Level 1 can see of the input text alone. (The pure input-text
+    embedding classifier is the blind baseline ``blind_embedding``.)
+    """
+    from mnemoscope.features.crm import embedding_distance
+
+    return embedding_distance(context_embeddings, query_embeddings)
+
+
+def family_entries(
+    data: CRMData,
+    y: np.ndarray,
+    c: CRMEvalConfig,
+    cal: np.ndarray | None = None,
+    *,
+    l1_input: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """AUC [CI] of CRM's LR pipeline on each feature family (L1, L2, L3, each pair, all three)
+    and of L1 computed on the input text, all under the configured protocol and CV folds.
+
+    Each family is ``crm_pipeline(levels=...)`` (directions and layer selection fitted inside
+    the training folds under the leakage-free protocol); ``L1(input)`` is the 1-d
+    :func:`input_l1` feature through the same scaler + LR. A family the data cannot support
+    (no Level 1 without an embedder) gets ``error`` instead of an AUC.
+    """
+    rows: list[dict[str, Any]] = []
+    for name, levels in FAMILIES:
+        row: dict[str, Any] = {
+            "family": name,
+            "levels": list(levels),
+            "source": "model (generations, states)",
+        }
+        if "l1" in levels and "l3" not in levels and "l2" not in levels:
+            row["source"] = "generations (sentence embeddings of both answers)"
+        try:
+            row.update(_entry(run_method(crm_pipeline(levels=levels, **lts_kwargs(c)), data, y, c, cal)))
+        except InputError as e:
+            row.update({"roc_auc": None, "roc_auc_ci": [None, None], "error": e.reason})
+        rows.append(row)
+    inp: dict[str, Any] = {
+        "family": "L1(input)",
+        "levels": [],
+        "source": "input text only: 1 - cos(enc(context), enc(query)), no model",
+    }
+    if l1_input is None:
+        inp.update(
+            {"roc_auc": None, "roc_auc_ci": [None, None], "error": "no sentence encoder (--embedder none)"}
+        )
+    else:
+        from dataclasses import replace
+
+        v = np.asarray(l1_input, dtype=np.float64).reshape(len(y), 1)
+        d = replace(data, extras={**dict(data.extras), L1_INPUT_KEY: v})
+        try:
+            inp.update(_entry(run_method(crm_pipeline(ExtraFeatures(key=L1_INPUT_KEY)), d, y, c, cal)))
+        except InputError as e:
+            inp.update({"roc_auc": None, "roc_auc_ci": [None, None], "error": e.reason})
+    rows.append(inp)
+    return {
+        "rows": rows,
+        "classifier": "standard scaler + logistic regression (C = 1), as crm_lr",
+        "note": "same CV folds and bootstrap as every method; L1(input) is CRM's Level-1 statistic "
+        "computed on the context and the query instead of the two generations",
+    }
+
+
+def blind_block(
+    ids: list[str],
+    texts: list[str] | None,
+    y: np.ndarray,
+    c: CRMEvalConfig,
+    *,
+    embedder: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """The blind baselines of :mod:`mnemoscope.pipelines.blind` on the contexts, with the same
+    seed, folds and bootstrap as the CRM methods: ``({"entries", shift fields}, oof scores)``.
+
+    ``texts=None`` (no text) returns every baseline as "not measured" with the reason; the
+    shift fields always come from :func:`~mnemoscope.detectors.blind.shift_diagnostic`.
+    """
+    from mnemoscope.pipelines.blind import blind_baselines
+
+    rep = blind_baselines(
+        ids,
+        texts,
+        y,
+        seed=c.seed,
+        n_splits=c.n_splits,
+        n_resamples=c.n_resamples,
+        embedder=embedder,
+        progress=progress,
+    )
+    block = rep.to_dict()
+    block["protocol"] = f"leakage-free {c.n_splits}-fold CV (seed {c.seed}) on the contexts; never the model"
+    if texts is None:
+        block["skipped"] = "no text in this dataset: blind baselines not run"
+    return block, {k: [float(x) for x in v] for k, v in rep.scores.items()}
+
+
 def _check(data: CRMData, c: CRMEvalConfig) -> np.ndarray:
     if data.labels is None:
         raise InputError(
@@ -242,15 +370,26 @@ def evaluate(
     context_embeddings: np.ndarray | None = None,
     analyses: bool = True,
     progress: bool = True,
+    families: bool = True,
+    l1_input: np.ndarray | None = None,
+    blind: bool = False,
+    embedder: Any = None,
 ) -> dict[str, Any]:
     """Every method and non-causal analysis; returns the report dict (see ``crm eval``).
 
     Args:
         data: the labelled CRM data.
-        token_stats, texts: document token statistics and texts for the likelihood baselines.
+        token_stats, texts: document token statistics and texts for the likelihood baselines
+            (``texts`` are the contexts; the blind baselines read them).
         template_data: CRM data of the same records under other templates (prompt control).
         context_embeddings: ``[n dim]`` embeddings of the contexts (same-topic control).
         analyses: ``False`` = the methods only (no controls or layer analyses).
+        families: the ``families`` block (:func:`family_entries`).
+        l1_input: per-record :func:`input_l1` (the family ``L1(input)``); None = not measured.
+        blind: run the blind baselines on ``texts`` (``blind`` block, top-level
+            ``shift_warning`` / ``shift_reason``). ``False`` still writes the two fields, from
+            the diagnostic of no baseline ("not measured").
+        embedder: a loaded sentence encoder for ``blind_embedding`` (default: MiniLM).
     """
     from tqdm.auto import tqdm
 
@@ -303,6 +442,24 @@ def evaluate(
         report.update(lik)
         names.extend(lik)
     report["methods"] = names
+    if families:
+        report["families"] = family_entries(data, y, c, cal, l1_input=l1_input)
+    if blind:
+        say: Callable[[str], None] | None = None
+        if progress:
+
+            def say(msg: str) -> None:
+                log.info("blind baseline: %s", msg)
+
+        block, blind_scores = blind_block(list(data.ids), texts, y, c, embedder=embedder, progress=say)
+        scores.update(blind_scores)
+    else:
+        from mnemoscope.detectors.blind import shift_diagnostic
+
+        block = {"entries": [], **shift_diagnostic([]), "skipped": "blind baselines not run (--no-blind)"}
+    report["blind"] = block
+    report["shift_warning"] = block["shift_warning"]
+    report["shift_reason"] = block["shift_reason"]
     report["oof_scores"] = {"ids": list(data.ids), "labels": y.tolist(), **scores}
     lik_names = [
         n for n in names if report[n].get("group") == "likelihood" and report[n]["roc_auc"] is not None

@@ -28,12 +28,12 @@ from mnemoscope.detectors.crm_artifact import FittedCRM, from_pipeline, save_crm
 from mnemoscope.errors import InputError
 from mnemoscope.io import atomic_write_json
 from mnemoscope.models.loader import LoadedModel
-from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, run_method
+from mnemoscope.pipelines.crm.eval import CRMEvalConfig, evaluate, input_l1, run_method
 from mnemoscope.pipelines.crm.extract import CRMExtractConfig, CRMFolder, extract, load_folder
 from mnemoscope.provenance import provenance
 from mnemoscope.report.figures import save_figure
 
-__all__ = ["fit_artifact", "fit_crm", "run_eval", "write_report"]
+__all__ = ["evaluate_folder", "fit_artifact", "fit_crm", "run_eval", "write_report"]
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +82,16 @@ def run_eval(
     templates: Sequence[str] = (),
     causal: bool = True,
     same_topic: bool = True,
+    blind: bool = True,
     overwrite: bool = False,
     progress: bool = True,
     title: str = "CRM evaluation",
 ) -> dict[str, Any]:
-    """Extract (resumable), evaluate every method and analysis, write the report files."""
+    """Extract (resumable), evaluate every method and analysis, write the report files.
+
+    ``blind=True`` (default) also runs the blind baselines on the contexts and writes the
+    shift diagnostic (``shift_warning``, ``shift_reason``) at the top of report.json.
+    """
     from mnemoscope.pipelines.crm.causal import causal_analyses, vocab_back_projection
 
     ec = (extract_config or CRMExtractConfig()).resolved(lm)
@@ -105,18 +110,13 @@ def run_eval(
         )
         extract(lm, records, out / f"traces-{t}", tc, overwrite=overwrite, progress=progress)
         template_data[t] = load_folder(out / f"traces-{t}", keep_without=False).data
-    ctx_emb = None
-    if same_topic and ec.embedder != "none":
-        from mnemoscope.models.embedder import load_embedder
-
-        ctx_emb = load_embedder(ec.embedder).encode([p.context for p in folder.pairs])
-    report = evaluate(
-        folder.data,
+    report = evaluate_folder(
+        folder,
         c,
-        token_stats=folder.token_stats,
-        texts=[p.context for p in folder.pairs],
+        embedder=ec.embedder,
         template_data=template_data if len(template_data) > 1 else None,
-        context_embeddings=ctx_emb,
+        same_topic=same_topic,
+        blind=blind,
         progress=progress,
     )
     report["model"] = lm.info.to_dict()
@@ -144,6 +144,47 @@ def run_eval(
         report["analyses"]["vocab"] = {"error": e.reason}
     write_report(report, out, title=title)
     return report
+
+
+def evaluate_folder(
+    folder: CRMFolder,
+    config: CRMEvalConfig | None = None,
+    *,
+    embedder: str = "default",
+    template_data: dict[str, Any] | None = None,
+    same_topic: bool = True,
+    blind: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Every method, the feature families, the blind baselines and the non-causal analyses of
+    one extracted CRM folder (no model needed): the report dict before the causal analyses.
+
+    ``embedder`` (the Level-1 encoder spec; ``"none"`` = none) also embeds the contexts (the
+    same-topic control) and the queries (the ``L1(input)`` family).
+    """
+    c = config or CRMEvalConfig()
+    ctx_emb = l1_in = enc = None
+    contexts = [p.context for p in folder.pairs]
+    if embedder != "none":
+        from mnemoscope.models.embedder import load_embedder
+
+        enc = load_embedder(embedder)
+        ctx_emb = enc.encode(contexts)
+        l1_in = input_l1(ctx_emb, enc.encode([p.query for p in folder.pairs]))
+    has_text = any(t.strip() for t in contexts)
+    return evaluate(
+        folder.data,
+        c,
+        token_stats=folder.token_stats,
+        texts=contexts if has_text else None,
+        template_data=template_data,
+        context_embeddings=ctx_emb if same_topic else None,
+        progress=progress,
+        l1_input=l1_in,
+        blind=blind,
+        # blind_embedding uses the packaged MiniLM; reuse the loaded one when Level 1 does too
+        embedder=enc if embedder == "default" else None,
+    )
 
 
 def fit_artifact(
