@@ -55,7 +55,14 @@ def data(lm):
         reference=target,
         lowercase=stats([t.lower() for t in texts]),
         pairs=pairs,
+        text_embeddings=_embed(texts),
     )
+
+
+def _embed(texts: list[str]) -> np.ndarray:
+    from mnemoscope.pipelines.blind import text_embeddings
+
+    return text_embeddings(texts)  # the real offline MiniLM encoder
 
 
 def _synthetic_stats(shift: float, seed: int) -> list[TokenStats]:
@@ -97,7 +104,28 @@ def test_fit_returns_self_and_scores_are_deterministic(name, data):
         np.testing.assert_array_equal(a, b)
 
 
-LIKELIHOOD = [n for n in NAMES if METHODS.build(n).requires <= {"target", "reference", "lowercase"}]
+LIKELIHOOD = [
+    n
+    for n in NAMES
+    if not METHODS.build(n).supervised and METHODS.build(n).requires <= {"target", "reference", "lowercase"}
+]
+BLIND = [n for n in NAMES if getattr(METHODS.build(n), "blind", False)]
+
+
+@pytest.mark.parametrize("name", BLIND)
+def test_blind_scores_are_oriented_and_never_use_a_trace(name, data):
+    """A blind baseline separates classes that differ in their text (register and era of the
+    dates) with nothing but the text, and ignores every model trace."""
+    texts = [
+        f"Anno {1880 + i}, the {t.split()[0]} was restored, whereupon the elders did so decree."
+        if y
+        else f"In {2031 + i} the {t.split()[0]} got an upgrade and the council posted it online."
+        for i, (t, y) in enumerate(zip(data.texts, data.labels, strict=True))
+    ]
+    d = MembershipData(ids=data.ids, texts=texts, labels=data.labels, text_embeddings=_embed(texts))
+    m = METHODS.build(name)
+    s = cross_val_scores(m.make_estimator(), m.features(d), d.labels, n_splits=3, seed=0).oof_scores
+    assert roc_auc(s, d.labels) > 0.9, (name, roc_auc(s, d.labels))
 
 
 @pytest.mark.parametrize("name", LIKELIHOOD)
@@ -120,7 +148,7 @@ def test_repcs_scores_are_oriented(name, data):
     assert roc_auc(s, data.labels) == 1.0
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if METHODS.build(n).supervised])
+@pytest.mark.parametrize("name", [n for n in NAMES if METHODS.build(n).supervised and n not in BLIND])
 def test_supervised_scores_are_oriented(name, data):
     """A feature set that separates the classes gives out-of-fold scores higher for label 1."""
     m = METHODS.build(name)

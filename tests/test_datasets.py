@@ -84,6 +84,28 @@ def test_bookmia_jsonl(tmp_path):
     assert docs == [Document("bookmia-0", "s one", 0, 1, {"book": "X"})]
 
 
+def test_bookmia_with_an_input_column_is_detected_by_its_book_fields(tmp_path):
+    # a BookMIA export whose text column is "input" (as WikiMIA's) is BookMIA: book/book_id decide
+    rows = [
+        {"book_id": 3, "book": "Moby Dick", "input": "Call me Ishmael.", "label": 1},
+        {"book_id": 9, "book": "New Book", "input": "A fresh snippet", "label": 0},
+    ]
+    path = _jsonl(tmp_path / "b.jsonl", rows)
+    docs, errors = load_documents(path)
+    assert errors == []
+    assert [(d.id, d.text, d.label) for d in docs] == [
+        ("bookmia-0", "Call me Ishmael.", 1),
+        ("bookmia-1", "A fresh snippet", 0),
+    ]
+    assert docs[0].meta == {"book_id": 3, "book": "Moby Dick"}
+    # --format overrides detection
+    docs, _ = load_documents(path, format="wikimia")
+    assert [d.id for d in docs] == ["wikimia-0", "wikimia-1"]
+    # without the distinguishing fields, "input" is still WikiMIA
+    path = _jsonl(tmp_path / "w.jsonl", [{"input": "x y", "label": 1}])
+    assert load_documents(path)[0][0].id == "wikimia-0"
+
+
 def test_mimir_folder_jsonl_and_txt(tmp_path):
     folder = tmp_path / "mimir"
     folder.mkdir()

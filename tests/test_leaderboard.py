@@ -53,19 +53,34 @@ def test_run_writes_contract_and_detects_positive_control(tiny_folder, sibling, 
         progress=False,
     )
     entries = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())
-    assert isinstance(entries, list) and len(entries) == 2 * len(cfg.methods)
+    blind = ("blind_tfidf", "blind_date", "blind_embedding")
+    assert isinstance(entries, list) and len(entries) == 2 * (len(cfg.methods) + len(blind))
     for e in entries:
         assert {"method", "roc_auc", "roc_auc_ci", "tpr_at_1pct_fpr", "tpr_at_5pct_fpr", "n"} <= set(e)
         assert e["n"] == 16 and e["roc_auc_ci"][0] <= e["roc_auc"] <= e["roc_auc_ci"][1]
     by = {(e["sibling"], e["method"]): e for e in entries}
+    for sib in ("base", "positive"):
+        for m in blind:
+            assert by[(sib, m)]["blind"] is True and by[(sib, m)]["protocol"].startswith("5-fold CV")
+        # the blind numbers do not depend on the model: identical rows on both siblings
+        assert by[("base", "blind_tfidf")]["roc_auc"] == by[("positive", "blind_tfidf")]["roc_auc"]
+        best = max((by[(sib, m)] for m in blind), key=lambda e: e["roc_auc"])
+        assert by[(sib, "loss")]["blind_roc_auc"] == best["roc_auc"]
+        assert by[(sib, "loss")]["blind_method"] == best["method"]
     assert by[("positive", "loss")]["roc_auc"] > 0.9  # members were trained on
     assert by[("positive", "ref")]["roc_auc"] > 0.9
     assert by[("base", "ref")]["roc_auc"] == 0.5  # reference == target: every score is 0
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
-    assert "| positive | loss |" in md
-    assert (tmp_path / "lb" / "roc.png").stat().st_size > 10_000
     run = json.loads((tmp_path / "lb" / "run.json").read_text())
+    name = run["models"]["base"]["name"]
+    assert by[("base", "loss")]["model"] == name != "base"  # the model's name, not the sibling label
+    assert f"| {name} + positive | loss |" in md and f"| {name} | blind_tfidf (text only) |" in md
+    assert "best blind AUC (text only)" in md
+    assert (tmp_path / "lb" / "roc.png").stat().st_size > 10_000
     assert run["config"]["seed"] == 3 and "positive" in run["models"]
+    assert isinstance(run["shift_warning"], bool) and run["shift_reason"]
+    assert set(run["shift"]) == {"base", "positive"}
+    assert run["truncation"]["n_truncated"] == 0
     scores = [json.loads(x) for x in (tmp_path / "lb" / "scores" / "positive.jsonl").read_text().splitlines()]
     assert len(scores) == 16 and {"id", "label", "loss", "ref"} <= set(scores[0])
 
@@ -112,4 +127,45 @@ def test_pair_methods_run_in_the_leaderboard(tiny_folder, tmp_path):
     res = run_leaderboard(docs, [("base", load_base)], tmp_path / "lb", cfg, progress=False)
     by = {e["method"]: e for e in res.entries}
     assert by["repcs"]["roc_auc"] == 1.0  # empty contexts: Z = 0, the highest score -Z
-    assert set(by) == {"repcs", "repcs_topk", "closed_book_logprob"}
+    assert {"repcs", "repcs_topk", "closed_book_logprob"} <= set(by)
+
+
+def test_shift_warning_fires_on_shifted_text_and_truncation_is_said_before_the_run(tiny_folder, tmp_path):
+    """Members and non-members differ only in surface (era of the dates, register): the blind
+    baselines separate them without the model, and run.json says the model's AUCs on this data
+    do not measure membership. A long document is announced once, before any forward pass."""
+    topics = ["mill", "bridge", "harbour", "orchard", "tower", "market"]
+    docs = []
+    for i in range(24):
+        t = topics[i % len(topics)]
+        if i % 2:
+            text = f"Anno {1880 + i}, the {t} was restored whereupon the elders did so decree."
+        else:
+            text = f"In {2031 + i} the {t} got an upgrade and the council posted it online."
+        docs.append(Document(id=f"s{i}", text=text, label=i % 2))
+    docs[0] = Document(id="s0", text=docs[0].text + " More words follow here." * 30, label=0)
+
+    def load_base(_):
+        return load_model(str(tiny_folder))
+
+    said: list[tuple[str, bool]] = []
+    out = tmp_path / "lb"
+
+    def notify(msg: str) -> None:
+        said.append((msg, any((out / "cache").glob("*.npz"))))
+
+    cfg = LeaderboardConfig(methods=("loss",), n_resamples=200, max_tokens=300, blind_embedding=False)
+    res = run_leaderboard(docs, [("base", load_base)], out, cfg, progress=False, notify=notify)
+    assert len(said) == 1 and not said[0][1]  # once, before any token statistics were computed
+    assert said[0][0].startswith("1 of 24 documents will be truncated to 300 tokens")
+    run = json.loads((out / "run.json").read_text())
+    assert run["shift_warning"] is True and "predictable from the text alone" in run["shift_reason"]
+    assert run["truncation"]["n_truncated"] == 1 and run["truncation"]["longest_tokens"] > 300
+    assert res.shift["shift_warning"] is True
+    assert {e["method"] for e in res.entries} == {"loss", "blind_tfidf", "blind_date"}
+
+    # --no-blind: no blind rows, and the diagnostic says it was not measured
+    cfg = LeaderboardConfig(methods=("loss",), n_resamples=50, max_tokens=300, blind=False)
+    res = run_leaderboard(docs, [("base", load_base)], tmp_path / "nb", cfg, progress=False, notify=notify)
+    assert [e["method"] for e in res.entries] == ["loss"]
+    assert res.shift["shift_warning"] is False and res.shift["shift_reason"].startswith("not measured")

@@ -6,14 +6,17 @@ Formats (label 1 = member, mapped with :func:`mnemoscope.data.parse_label`):
   preferred, else ``context``; ``id`` defaults to ``"L<line>"``; ``label`` may be absent
   (``None``); other fields (``query`` ...) go to ``meta``.
 * ``"wikimia"``: ``{"input", "label"}`` (JSONL or a JSON array); ids are ``"wikimia-<index>"``.
-* ``"bookmia"``: ``{"snippet", "label"}`` (JSONL, JSON array or CSV); ids are
-  ``"bookmia-<index>"``; extra columns (``book_id``, ``book``, ``snippet_id``) go to ``meta``.
+* ``"bookmia"``: ``{"snippet" | "input" | "text", "label"}`` (JSONL, JSON array or CSV); ids
+  are ``"bookmia-<index>"``; extra columns (``book_id``, ``book``, ``snippet_id``) go to ``meta``.
 * ``"mimir"``: a folder with ``member.jsonl`` and ``nonmember.jsonl`` (or ``members`` /
   ``nonmembers``, or ``.txt`` files with one document per line), or a JSON file
   ``{"member": [...], "nonmember": [...]}``. Each element is a string or ``{"text", "id"?}``;
   the label is the list the document is in; ids default to ``"member-<index>"`` /
   ``"nonmember-<index>"``.
-* ``"auto"``: a folder is MIMIR; a file is detected from its first record's keys.
+* ``"auto"``: a folder is MIMIR; a file is detected from its first record's keys: fields
+  that only one format has decide first (``book`` / ``book_id`` / ``snippet_id``: BookMIA,
+  whatever its text column is called), then the text field (``text``/``context``: generic,
+  ``input``: WikiMIA, ``snippet``: BookMIA). ``format=...`` overrides detection.
 * A Hugging Face hub name (``"swj0419/WikiMIA"`` with ``split="WikiMIA_length64"``,
   ``"swj0419/BookMIA"``) when the optional package ``datasets`` is installed.
 
@@ -43,10 +46,13 @@ FORMATS = ("auto", "jsonl", "wikimia", "bookmia", "mimir")
 _TEXT_FIELDS = {
     "jsonl": ("text", "context"),
     "wikimia": ("input",),
-    "bookmia": ("snippet",),
+    "bookmia": ("snippet", "input", "text"),
     "mimir": ("text",),
 }
 _SIGNATURES = {"jsonl": {"text", "context"}, "wikimia": {"input"}, "bookmia": {"snippet"}}
+# fields only one format has: they decide before the text field does (a BookMIA export whose
+# text column is called "input" is still BookMIA)
+_DISTINGUISHING = {"bookmia": {"book", "book_id", "snippet_id"}}
 _MIMIR_NAMES = ((1, ("member", "members")), (0, ("nonmember", "nonmembers")))
 _FILE_SUFFIXES = {".jsonl", ".json", ".csv", ".txt", ".tsv", ".gz"}
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -218,6 +224,9 @@ def _detect(keys: Iterable[str], source: str) -> str:
     keyset = set(keys)
     if {"member", "nonmember"} <= keyset:
         return "mimir"
+    marked = [fmt for fmt, sig in _DISTINGUISHING.items() if sig & keyset]
+    if len(marked) == 1:
+        return marked[0]
     found = [fmt for fmt, sig in _SIGNATURES.items() if sig & keyset]
     if len(found) == 1:
         return found[0]

@@ -99,6 +99,16 @@ def register(sub: Any) -> None:
     r.add_argument("--max-tokens", type=int, default=256)
     r.add_argument("--long-policy", choices=["truncate", "reject"], default="truncate")
     r.add_argument("--batch-size", type=int, default=8)
+    r.add_argument(
+        "--no-blind",
+        action="store_true",
+        help="skip the blind baselines (text-only classifiers) and the shift diagnostic",
+    )
+    r.add_argument(
+        "--no-blind-embedding",
+        action="store_true",
+        help="skip blind_embedding only (it loads the offline sentence encoder)",
+    )
     add_engine_args(r)
     r.set_defaults(func=_run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -285,7 +295,11 @@ def _run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         long_policy=args.long_policy,
         batch_size=args.batch_size,
+        blind=not args.no_blind,
+        blind_embedding=not args.no_blind_embedding,
     )
+    import torch
+
     res = run_leaderboard(
         docs,
         siblings,
@@ -300,12 +314,22 @@ def _run(args: argparse.Namespace) -> int:
             "adapters": adapters,
             "reference": ref_spec,
             "command": sys.argv,
+            "threads": torch.get_num_threads(),
         },
+        notify=lambda msg: print(f"mnemoscope: warning: {msg}", file=sys.stderr, flush=True),
     )
     from mnemoscope.report import leaderboard_markdown
 
     print(leaderboard_markdown(res.entries))
-    for w in res.warnings[:5]:
-        print(f"mnemoscope: warning: {w}", file=sys.stderr)
-    print(f"-> {args.out}/leaderboard.json, leaderboard.md, roc.png")
+    if res.truncation.get("n_truncated"):
+        t = res.truncation
+        print(
+            f"note: {t['n_truncated']} of {t['n_documents']} documents were truncated to {t['max_tokens']} "
+            "tokens (listed in run.json)"
+        )
+    if res.shift["shift_warning"]:
+        print(f"WARNING: distribution shift: {res.shift['shift_reason']}")
+    else:
+        print(f"shift diagnostic: {res.shift['shift_reason']}")
+    print(f"-> {args.out}/leaderboard.json, leaderboard.md, roc.png, run.json")
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 from mnemoscope import __version__
 from mnemoscope.errors import MnemoscopeError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["add_threads_arg", "apply_threads", "build_parser", "main", "resolve_threads"]
 
 log = logging.getLogger("mnemoscope")
 
@@ -52,6 +52,60 @@ def add_model_args(p: argparse.ArgumentParser, *, many_adapters: bool = False) -
         choices=["auto", "float32", "float16", "bfloat16"],
         help="auto = bf16/fp16 on CUDA, float32 on CPU",
     )
+    add_threads_arg(g)
+
+
+def _threads_value(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def add_threads_arg(group: Any) -> None:
+    """``--threads N|auto``: torch (and BLAS) threads of a model-running command."""
+    group.add_argument(
+        "--threads",
+        type=_threads_value,
+        default="auto",
+        metavar="N|auto",
+        help="torch threads (default auto: $OMP_NUM_THREADS when set, else the cores not busy right "
+        "now, at least 1, so two jobs on a shared machine do not oversubscribe it)",
+    )
+
+
+def resolve_threads(spec: int | str) -> int:
+    """Threads for ``--threads``: an integer as given; ``auto`` = ``$OMP_NUM_THREADS`` when set,
+    else the cores this process may use minus the current 1-minute load, at least 1."""
+    if spec != "auto":
+        return int(spec)
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        busy = round(os.getloadavg()[0])
+    except OSError:  # pragma: no cover - no load average on this platform
+        busy = 0
+    return max(1, min(cores, cores - busy))
+
+
+def apply_threads(args: argparse.Namespace) -> int | None:
+    """Set torch's intra-op threads from ``args.threads`` (commands without the flag: no-op)."""
+    spec = getattr(args, "threads", None)
+    if spec is None:
+        return None
+    n = resolve_threads(spec)
+    import torch
+
+    torch.set_num_threads(n)
+    log.info("torch threads: %d%s", n, " (auto)" if spec == "auto" else "")
+    return n
 
 
 def add_chat_arg(group: Any) -> None:
@@ -194,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(args.quiet, args.debug)
     try:
+        apply_threads(args)
         return int(args.func(args) or 0)
     except MnemoscopeError as e:
         if args.debug:

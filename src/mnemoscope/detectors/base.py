@@ -23,7 +23,7 @@ from mnemoscope.trace.types import PairTrace
 
 __all__ = ["METHODS", "MembershipData", "MembershipMethod", "Requirement"]
 
-Requirement = Literal["target", "reference", "lowercase", "pairs"]
+Requirement = Literal["target", "reference", "lowercase", "pairs", "text_embeddings"]
 
 
 @dataclass
@@ -39,6 +39,8 @@ class MembershipData:
         pairs: paired traces (context = document), for context-comparing methods.
         answer_embeddings: sentence embeddings ``([n e], [n e])`` of each pair's with- and
             no-context answers (CRM's Level 1), computed by the pipeline that loaded the encoder.
+        text_embeddings: ``[n e]`` sentence embeddings of the texts themselves (the blind
+            baseline ``blind_embedding``), computed by the pipeline.
     """
 
     ids: list[str]
@@ -49,6 +51,7 @@ class MembershipData:
     lowercase: list[TokenStats] | None = None
     pairs: list[PairTrace] | None = None
     answer_embeddings: tuple[np.ndarray, np.ndarray] | None = None
+    text_embeddings: np.ndarray | None = None
 
     def require(self, what: Requirement) -> list[Any]:
         value = getattr(self, what)
@@ -101,3 +104,7 @@ METHODS.register("crm_lr", f"{_CRM}:CRMMethod", classifier="lr")
 METHODS.register("crm_xgb", f"{_CRM}:CRMMethod", classifier="xgb")
 _RADAR = "mnemoscope.detectors.radar"
 METHODS.register("radar", f"{_RADAR}:RadarMethod")
+_BLIND = "mnemoscope.detectors.blind"
+METHODS.register("blind_tfidf", f"{_BLIND}:BlindTfidf")
+METHODS.register("blind_date", f"{_BLIND}:BlindDate")
+METHODS.register("blind_embedding", f"{_BLIND}:BlindEmbedding")

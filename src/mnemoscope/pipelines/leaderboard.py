@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from mnemoscope.bench.datasets import Document, check_binary_labels, truncate_documents
 from mnemoscope.data.records import RecordError
 from mnemoscope.detectors.base import METHODS, MembershipData, MembershipMethod
+from mnemoscope.detectors.blind import BLIND_METHODS, shift_diagnostic
 from mnemoscope.errors import InputError
 from mnemoscope.features.tokens import TokenStats
 from mnemoscope.io import atomic_savez
@@ -56,6 +57,10 @@ class LeaderboardConfig:
         max_tokens: documents longer than this (in tokens) are truncated or rejected.
         long_policy: ``"truncate"`` (with a warning) or ``"reject"``.
         batch_size: documents per forward pass.
+        blind: also run the blind baselines (``blind_tfidf``, ``blind_date``,
+            ``blind_embedding``: classifiers on the text that never see the model) and the shift
+            diagnostic; their AUC is printed next to every model-based method.
+        blind_embedding: include ``blind_embedding`` (loads the offline sentence encoder).
     """
 
     methods: tuple[str, ...] = DEFAULT_METHODS
@@ -66,6 +71,8 @@ class LeaderboardConfig:
     long_policy: Literal["truncate", "reject"] = "truncate"
     batch_size: int = 8
     pair_max_new_tokens: int = 32
+    blind: bool = True
+    blind_embedding: bool = True
 
 
 @dataclass
@@ -74,6 +81,8 @@ class LeaderboardResult:
     scores: dict[str, dict[str, np.ndarray]]
     labels: np.ndarray
     warnings: list[RecordError] = field(default_factory=list)
+    shift: dict[str, Any] = field(default_factory=dict)
+    truncation: dict[str, Any] = field(default_factory=dict)
 
 
 Loader = Callable[[str | None], LoadedModel]
@@ -207,29 +216,41 @@ def run_leaderboard(
     progress: bool = True,
     provenance: dict[str, Any] | None = None,
     engine: Any = None,
+    notify: Callable[[str], None] | None = None,
 ) -> LeaderboardResult:
     """Evaluate every method of ``config.methods`` on every sibling.
 
     Args:
         documents: labelled documents (1 = member).
         siblings: ``(name, loader)`` pairs; ``loader(None)`` returns the loaded suspect model.
-        out: output folder: ``leaderboard.json`` (a list, one entry per sibling and method),
-            ``leaderboard.md``, ``roc.png``, ``scores/<sibling>.jsonl``, ``run.json``.
+        out: output folder: ``leaderboard.json`` (a list, one entry per sibling and method,
+            each with the best blind baseline's AUC next to it), ``leaderboard.md``, ``roc.png``,
+            ``scores/<sibling>.jsonl``, ``run.json`` (with ``shift_warning``/``shift_reason``
+            and the truncation summary).
         reference: loader of the reference model for ``ref`` (typically the base model).
         provenance: extra facts recorded in ``run.json`` (model specs, adapters, data source).
         engine: where the forward passes run (``None``: here); e.g.
             :class:`mnemoscope.pipelines.ray_engine.RayLeaderboardEngine`, whose actors call
             ``loader(None)`` themselves and run the same batches.
+        notify: called once with messages a user must see before the run goes on (documents
+            that will be truncated); default: a logged warning.
 
     Returns:
         A :class:`LeaderboardResult` with the entries and per-document scores.
     """
+    from mnemoscope.pipelines.blind import blind_baselines
     from mnemoscope.report import leaderboard_markdown, roc_figure, save_figure
     from mnemoscope.stats import summarize
 
     config = config or LeaderboardConfig()
     out = Path(out)
-    methods = {name: METHODS.build(name) for name in config.methods}
+    say = notify or (lambda msg: log.warning("%s", msg))
+    methods = {name: METHODS.build(name) for name in config.methods if name not in BLIND_METHODS}
+    blind_names = [
+        m
+        for m in BLIND_METHODS
+        if m in config.methods or (config.blind and (m != "blind_embedding" or config.blind_embedding))
+    ]
     needs = set().union(*(m.requires for m in methods.values()))
     if "reference" in needs and reference is None:
         raise InputError("method 'ref' needs a reference model (the base model without adapter)")
@@ -241,9 +262,19 @@ def run_leaderboard(
     ref_stats: list[TokenStats] | None = None
     labels = np.array([d.label for d in documents], dtype=int)
     identities: dict[str, Any] = {}
+    shift: dict[str, dict[str, Any]] = {}
+    truncation: dict[str, Any] = {
+        "max_tokens": config.max_tokens,
+        "policy": config.long_policy,
+        "n_documents": len(documents),
+        "n_truncated": 0,
+        "by_model": {},
+    }
+    blind_cache: dict[str, Any] = {}
     (out / "scores").mkdir(parents=True, exist_ok=True)
     for sib_name, load in siblings:
         lm = load(None)
+        model_name = lm.info.name
         identities[sib_name] = lm.info.to_dict()
         docs, warn = truncate_documents(documents, lm.tokenizer, config.max_tokens, config.long_policy)
         if len(docs) != len(documents):
@@ -251,6 +282,15 @@ def run_leaderboard(
                 f"{len(documents) - len(docs)} document(s) exceed max_tokens={config.max_tokens} "
                 "and long_policy='reject'; first: " + str(warn[0])
             )
+        if warn:
+            longest = max(int(d.meta.get("truncated_from_tokens", 0)) for d in docs)
+            truncation["by_model"][sib_name] = {"n_truncated": len(warn), "longest_tokens": longest}
+            if not truncation["n_truncated"]:  # said once, before any forward pass
+                truncation.update(n_truncated=len(warn), longest_tokens=longest)
+                say(
+                    f"{len(warn)} of {len(documents)} documents will be truncated to {config.max_tokens} "
+                    f"tokens (the longest has {longest}); use --max-tokens or --long-policy reject"
+                )
         warnings += [w for w in warn if w not in warnings]
         texts = [d.text for d in docs]
         dh = _docs_hash(docs)
@@ -273,13 +313,44 @@ def run_leaderboard(
                 del ref_lm
             data.reference = ref_stats
         sib_scores: dict[str, np.ndarray] = {}
+        sib_entries: list[dict[str, Any]] = []
         for name, method in methods.items():
             scores, protocol = _score(method, data, config)
             if not np.all(np.isfinite(scores)):
                 raise InputError(f"method '{name}' produced non-finite scores on {sib_name}")
             sib_scores[name] = scores
             summary = summarize(scores, labels, rng=config.seed, n_resamples=config.n_resamples)
-            entries.append({"method": name, "sibling": sib_name, **summary, "protocol": protocol})
+            sib_entries.append(
+                {"method": name, "sibling": sib_name, "model": model_name, **summary, "protocol": protocol}
+            )
+        if blind_names:
+            if dh not in blind_cache:  # the same texts give the same blind numbers
+                blind_cache[dh] = blind_baselines(
+                    data.ids,
+                    texts,
+                    labels,
+                    methods=blind_names,
+                    seed=config.seed,
+                    n_splits=config.n_splits,
+                    n_resamples=config.n_resamples,
+                    cache=out / "cache",
+                    cache_key=dh,
+                )
+            blind = blind_cache[dh]
+            diag = blind.diagnostic
+            sib_scores.update(blind.scores)
+            for e in sib_entries:
+                e.update(
+                    blind_method=diag["best_blind"],
+                    blind_roc_auc=diag["best_blind_auc"],
+                    blind_roc_auc_ci=diag["best_blind_auc_ci"],
+                )
+            sib_entries += [{**e, "sibling": sib_name, "model": model_name} for e in blind.entries]
+        else:
+            diag = shift_diagnostic([])
+            diag["shift_reason"] = "not measured: the blind baselines were switched off (--no-blind)"
+        shift[sib_name] = diag
+        entries += sib_entries
         all_scores[sib_name] = sib_scores
         with (out / "scores" / f"{sib_name}.jsonl").open("w") as f:
             for i, d in enumerate(docs):
@@ -301,7 +372,13 @@ def run_leaderboard(
         title="membership: ROC per model",
     )
     save_figure(fig, out / "roc.png")
+    firing = [d for d in shift.values() if d["shift_warning"]]
+    head = firing[0] if firing else next(iter(shift.values()), shift_diagnostic([]))
     run = {
+        "shift_warning": bool(firing),
+        "shift_reason": head["shift_reason"],
+        "shift": shift,
+        "truncation": truncation,
         "config": asdict(config),
         "n_documents": len(documents),
         "documents_hash": _docs_hash(documents),
@@ -313,4 +390,11 @@ def run_leaderboard(
         "provenance": run_provenance(),
     }
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
-    return LeaderboardResult(entries=entries, scores=all_scores, labels=labels, warnings=warnings)
+    return LeaderboardResult(
+        entries=entries,
+        scores=all_scores,
+        labels=labels,
+        warnings=warnings,
+        shift={"shift_warning": bool(firing), "shift_reason": head["shift_reason"], "by_model": shift},
+        truncation=truncation,
+    )
