@@ -169,3 +169,92 @@ def test_shift_warning_fires_on_shifted_text_and_truncation_is_said_before_the_r
     res = run_leaderboard(docs, [("base", load_base)], tmp_path / "nb", cfg, progress=False, notify=notify)
     assert [e["method"] for e in res.entries] == ["loss"]
     assert res.shift["shift_warning"] is False and res.shift["shift_reason"].startswith("not measured")
+
+
+def _shifted_rows(n: int = 24) -> list[tuple[str, int]]:
+    topics = ["mill", "bridge", "harbour", "orchard", "tower", "market"]
+    rows = []
+    for i in range(n):
+        t = topics[i % len(topics)]
+        if i % 2:
+            rows.append((f"Anno {1880 + i}, the {t} was restored whereupon the elders did so decree.", 1))
+        else:
+            rows.append((f"In {2031 + i} the {t} got an upgrade and the council posted it online.", 0))
+    return rows
+
+
+def _write(fmt: str, rows: list[tuple[str, int]], folder) -> str:
+    import csv
+
+    if fmt == "jsonl":
+        path = folder / "d.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"id": f"x{i}", "text": t, "label": y}) + "\n" for i, (t, y) in enumerate(rows)
+            )
+        )
+    elif fmt == "wikimia":
+        path = folder / "w.jsonl"
+        path.write_text("".join(json.dumps({"input": t, "label": y}) + "\n" for t, y in rows))
+    elif fmt == "bookmia":
+        path = folder / "b.csv"
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["book_id", "book", "snippet", "label"])
+            w.writerows([i // 4, f"Book {i // 4}", t, y] for i, (t, y) in enumerate(rows))
+    else:
+        path = folder / "mimir"
+        path.mkdir()
+        (path / "member.txt").write_text("".join(t + "\n" for t, y in rows if y))
+        (path / "nonmember.txt").write_text("".join(t + "\n" for t, y in rows if not y))
+    return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "wikimia", "bookmia", "mimir"])
+def test_bench_run_cli_prints_blind_baselines_and_the_shift_warning(fmt, tiny_folder, tmp_path, capsys):
+    from mnemoscope.cli.main import main
+
+    data = _write(fmt, _shifted_rows(), tmp_path)
+    out = tmp_path / "lb"
+    argv = ["--quiet", "bench", "run", "--model", str(tiny_folder), "--data", data, "--out", str(out)]
+    argv += ["--methods", "loss,zlib", "--n-resamples", "100", "--no-blind-embedding", "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # each likelihood attack is printed next to the best blind baseline, and the blind rows too
+    assert "best blind AUC (text only)" in printed
+    assert "| blind_tfidf (text only) |" in printed and "| blind_date (text only) |" in printed
+    assert "WARNING: distribution shift: labels are predictable from the text alone" in printed
+    run = json.loads((out / "run.json").read_text())
+    assert run["shift_warning"] is True and run["threads"] == 1
+    ids = [json.loads(x)["id"] for x in (out / "scores" / "base.jsonl").read_text().splitlines()]
+    prefix = {"jsonl": "x", "wikimia": "wikimia-", "bookmia": "bookmia-", "mimir": "member-"}[fmt]
+    assert any(i.startswith(prefix) for i in ids)
+
+
+def test_bench_run_cli_says_truncation_once_before_the_table(tiny_folder, tmp_path, capsys):
+    from mnemoscope.cli.main import main
+
+    rows = [(t + " and so on" * 40 if i < 3 else t, y) for i, (t, y) in enumerate(_shifted_rows())]
+    data = _write("wikimia", rows, tmp_path)
+    argv = [
+        "--quiet",
+        "bench",
+        "run",
+        "--model",
+        str(tiny_folder),
+        "--data",
+        data,
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    argv += ["--methods", "loss", "--n-resamples", "50", "--no-blind", "--max-tokens", "200"]
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    lines = [x for x in cap.err.splitlines() if "will be truncated" in x]
+    assert lines == [
+        "mnemoscope: warning: 3 of 24 documents will be truncated to 200 tokens (the longest has "
+        + lines[0].split("the longest has ")[1]
+    ]
+    assert "use --max-tokens or --long-policy reject" in lines[0]
+    assert "3 of 24 documents were truncated to 200 tokens" in cap.out
+    assert "shift diagnostic: not measured" in cap.out

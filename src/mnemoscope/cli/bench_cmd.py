@@ -82,7 +82,13 @@ def register(sub: Any) -> None:
     )
     add_model_args(r, many_adapters=True)
     src = r.add_mutually_exclusive_group(required=True)
-    src.add_argument("--suite", choices=["membership"], help="the shipped authored membership corpus")
+    src.add_argument(
+        "--suite",
+        choices=["membership", "shift"],
+        help="membership: the shipped authored membership corpus (members injected by 'bench inject'); "
+        "shift: the shipped shift-controlled pair (no injection: members and non-members differ only "
+        "in register and era of their invented dates, so any AUC above chance comes from the text)",
+    )
     src.add_argument(
         "--data", metavar="FILE", help="JSONL of {id, text, label} (or WikiMIA/BookMIA/MIMIR files)"
     )
@@ -254,7 +260,11 @@ def _run(args: argparse.Namespace) -> int:
 
     for m in methods:
         METHODS.get(m)  # unknown names fail here, with suggestions, before any model loads
-    if args.suite:
+    if args.suite == "shift":
+        from mnemoscope.bench.shift import shift_documents
+
+        docs, source = shift_documents(), "suite:shift"
+    elif args.suite:
         from mnemoscope.bench.suites import membership_documents
 
         docs, source = membership_documents(), "suite:membership"
