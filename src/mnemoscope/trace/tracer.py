@@ -267,8 +267,10 @@ class Tracer:
         for b, seq in enumerate(seqs):
             pad = res.pads[b]
             fields: dict[str, Any] = {}
-            # one row at a time: a [seq vocab] float block per row, never per batch
-            logp = res.logits[b].float().log_softmax(-1) if res.logits is not None else None
+            # one row at a time: a [seq vocab] float block per row, never per batch; token
+            # statistics alone never build it (they go through the logits in position chunks)
+            full = res.logits is not None and (capture.logprobs != "none")
+            logp = res.logits[b].float().log_softmax(-1) if full else None
             if res.hidden is not None:
                 if capture.hidden == "all":
                     fields["hidden_all"] = to_numpy(res.hidden[b, :, pad:])
@@ -283,10 +285,9 @@ class Tracer:
             if logp is not None:
                 if capture.logprobs == "all":
                     fields["logprobs_all"] = to_numpy(logp[pad:])
-                if capture.logprobs != "none":
-                    fields["logprobs"] = to_numpy(logp[-1])
-                if capture.token_stats:
-                    fields.update(_token_stats(logp[pad:], seq))
+                fields["logprobs"] = to_numpy(logp[-1])
+            if capture.token_stats and res.logits is not None:
+                fields.update(_token_stats(res.logits[b, pad:], seq))
             if res.attentions is not None:
                 fields["attentions"] = to_numpy(torch.stack([a[b, :, pad:, pad:] for a in res.attentions]))
             traces.append(
@@ -394,17 +395,34 @@ def _cut_at_eos(row: list[int], eos: set[int]) -> list[int]:
     return cut
 
 
-def _token_stats(logp: torch.Tensor, seq: list[int]) -> dict[str, np.ndarray]:
-    """Per-position statistics for positions 0..n-2 (each predicts the next prompt token)."""
-    lp = logp[:-1].double()
-    nxt = torch.tensor(seq[1:], dtype=torch.long, device=lp.device).unsqueeze(-1)
-    p = lp.exp()
-    mu = (p * lp).sum(-1)
-    var = (p * lp.square()).sum(-1) - mu.square()
+def _token_stats(logits: torch.Tensor, seq: list[int], chunk: int = 32) -> dict[str, np.ndarray]:
+    """Per-position statistics for positions 0..n-2 (each predicts the next prompt token).
+
+    Works through ``chunk`` positions at a time, so the extra memory is O(chunk x vocabulary)
+    whatever the document's length (the float64 moments of a whole 256-token row of a
+    50k vocabulary would be ~100 MB per temporary). Per position the arithmetic is the same
+    as on the whole row (log-softmax in float32, moments in float64).
+    """
+    n = max(int(logits.shape[0]) - 1, 0)
+    nxt = torch.tensor(seq[1:], dtype=torch.long, device=logits.device)
+    lps, mus, sigmas = [], [], []
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        lp = logits[start:stop].float().log_softmax(-1).double()
+        p = lp.exp()
+        mu = (p * lp).sum(-1)
+        var = (p * lp.square()).sum(-1) - mu.square()
+        lps.append(lp.gather(-1, nxt[start:stop].unsqueeze(-1)).squeeze(-1).float().cpu())
+        mus.append(mu.float().cpu())
+        sigmas.append(var.clamp(min=0.0).sqrt().float().cpu())
+        del lp, p
+    if not lps:
+        empty = np.zeros(0, dtype=np.float32)
+        return {"token_logprobs": empty, "token_mu": empty.copy(), "token_sigma": empty.copy()}
     return {
-        "token_logprobs": lp.gather(-1, nxt).squeeze(-1).float().cpu().numpy(),
-        "token_mu": mu.float().cpu().numpy(),
-        "token_sigma": var.clamp(min=0.0).sqrt().float().cpu().numpy(),
+        "token_logprobs": torch.cat(lps).numpy(),
+        "token_mu": torch.cat(mus).numpy(),
+        "token_sigma": torch.cat(sigmas).numpy(),
     }
 
 
