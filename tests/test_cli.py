@@ -152,3 +152,27 @@ def test_console_script_help_is_fast_and_usage_errors_exit_2():
         timeout=60,
     )
     assert r.returncode == 2
+
+
+def test_threads_flag_on_model_commands(monkeypatch, capsys):
+    import os
+
+    from mnemoscope.cli.main import build_parser, resolve_threads
+
+    assert resolve_threads(3) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert resolve_threads("auto") == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    cores = len(os.sched_getaffinity(0))
+    assert 1 <= resolve_threads("auto") <= cores
+    parser = build_parser()
+    for argv in (
+        ["bench", "run", "--suite", "membership", "--out", "x"],
+        ["audit", "--context", "c", "--query", "q"],
+    ):
+        assert parser.parse_args([*argv, "--threads", "1"]).threads == 1
+        assert parser.parse_args(argv).threads == "auto"
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["bench", "run", "--suite", "membership", "--out", "x", "--threads", "0"])
+    assert e.value.code == 2
+    assert "expected a positive integer or 'auto'" in capsys.readouterr().err
