@@ -188,6 +188,11 @@ FAMILIES: tuple[tuple[str, tuple[Level, ...]], ...] = (
     ("L1+L2+L3", ("l1", "l2", "l3")),
 )
 L1_INPUT_KEY = "l1_input"
+_READS = {
+    "l1": "L1: embeddings of the two generations",
+    "l2": "L2: the model's next-token KL",
+    "l3": "L3: the model's hidden states",
+}
 
 
 def input_l1(context_embeddings: np.ndarray, query_embeddings: np.ndarray) -> np.ndarray:
@@ -221,13 +226,8 @@ def family_entries(
     """
     rows: list[dict[str, Any]] = []
     for name, levels in FAMILIES:
-        row: dict[str, Any] = {
-            "family": name,
-            "levels": list(levels),
-            "source": "model (generations, states)",
-        }
-        if "l1" in levels and "l3" not in levels and "l2" not in levels:
-            row["source"] = "generations (sentence embeddings of both answers)"
+        source = " + ".join(_READS[lv] for lv in levels)
+        row: dict[str, Any] = {"family": name, "levels": list(levels), "source": source}
         try:
             row.update(_entry(run_method(crm_pipeline(levels=levels, **lts_kwargs(c)), data, y, c, cal)))
         except InputError as e:
