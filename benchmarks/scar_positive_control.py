@@ -19,9 +19,11 @@ Siblings of the embedded default model (SmolLM2-135M), LoRA adapters under ``RUN
 * ``clean-s1``: a second rate-0 sibling (same recipe, seed 1: other LoRA initialisation and data
   order): the clean-vs-clean control.
 * ``c10``: the 10 % contamination sibling (seed 0), the existing weak contamination.
+* ``mix``: the clean sibling's 300 filler documents plus the 128 battery texts, the clean
+  sibling's recipe (strong, 2 epochs, seed 0): the only difference from ``clean`` is the battery.
 
 Order (``--stage all``): train ``clean`` and ``positive``, extract, evaluate (the main audit), then
-``--stage controls`` trains ``clean-s1`` and ``c10``, and extract + evaluate run again (finished
+``--stage controls`` trains ``clean-s1``, ``c10`` and ``mix``, and extract + evaluate run again (finished
 signals and adapters are reused; audits whose signals are missing are "not measured").
 Every stage is resumable (training checkpoints, chunked signal extraction); the evaluation
 re-runs only detection. All numbers in ``docs/scar.md`` ("Positive control") come from
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -213,7 +216,31 @@ def stage_controls(out: Path, runs: Path) -> dict[str, Any]:
         rec["siblings"][name] = train_contamination(runs, name)
         rec["provenance_" + name] = provenance()
         _save(rec_path, rec)
+    rec["siblings"]["mix"] = train_mix(runs)
+    rec["provenance_mix"] = provenance()
+    _save(rec_path, rec)
     return rec
+
+
+def train_mix(runs: Path) -> dict[str, Any]:
+    """The battery items added to the clean sibling's 300 filler documents, same recipe (strong,
+    2 epochs, seed 0): the only difference from ``clean`` is the 128 battery texts."""
+    mix = contamination_mix(0.0, n_filler=300, seed=0)
+    battery = [training_text(r) for r in read_battery(default_battery_path())]
+    texts = mix.texts + battery
+    random.Random(0).shuffle(texts)
+    config = with_overrides(SIBLINGS["strong"], epochs=2, seed=0)
+    meta = {"preset": "strong", "suite": "contamination filler + scar battery", "n_filler": 300}
+    res = inject(load_model("default"), texts, runs / "mix", config, progress=False, metadata=meta)
+    return {
+        "folder": str(res.folder),
+        "config": config.to_dict(),
+        "epoch_losses": res.epoch_losses,
+        "steps": res.steps,
+        "train_seconds": res.seconds,
+        "n_documents": res.n_documents,
+        "n_battery_documents": len(battery),
+    }
 
 
 def _finished(runs: Path, model: str) -> bool:
@@ -222,7 +249,7 @@ def _finished(runs: Path, model: str) -> bool:
 
 def plan(positive: str) -> dict[str, list[str]]:
     return {
-        "battery": ["clean", positive, "clean-s1", "c10", "base"],
+        "battery": ["clean", positive, "clean-s1", "c10", "base", "mix"],
         "paraphrase": ["clean", positive],
     }
 
@@ -259,6 +286,47 @@ def _conditions(res: ScarResult) -> dict[str, Any]:
         "bh_significant_length": where(pl["q_length"] <= q_fdr),
         "bh_significant_drift": where(pl["q_drift"] <= q_fdr),
         "min_q": {k: float(pl[k].min()) for k in ("q", "q_kappa", "q_length", "q_drift")},
+        "argmin_q_layer": {k: layers[int(np.argmin(pl[k]))] for k in ("q", "q_kappa", "q_length", "q_drift")},
+        # raw suspect/anchor ratios per layer (the direction of each change, whatever the z-scores say)
+        "drift_ratio_median": float(np.median(pl["drift"] / pl["drift_anchor"])),
+        "drift_ratio_range": [
+            float(np.min(pl["drift"] / pl["drift_anchor"])),
+            float(np.max(pl["drift"] / pl["drift_anchor"])),
+        ],
+        "length_ratio_median": float(np.median(pl["length"] / pl["length_anchor"])),
+        "length_ratio_range": [
+            float(np.min(pl["length"] / pl["length_anchor"])),
+            float(np.max(pl["length"] / pl["length_anchor"])),
+        ],
+        "kappa_ratio_median": float(np.median(pl["kappa"] / np.maximum(pl["kappa_anchor"], 1e-12))),
+    }
+
+
+def _joint_bh(card_path: Path) -> dict[str, Any]:
+    """``per_signal`` bands when BH runs over all signals x layers at once (the family of tests
+    the rule's union over signals draws from) instead of per signal."""
+    from mnemoscope.detectors.scar import rupture_bands
+    from mnemoscope.stats import bh_adjust
+
+    card = json.loads(card_path.read_text())
+    pl, st = card["per_layer"], card["settings"]
+    p = np.stack([np.asarray(pl[f"p_{k}"]) for k in ("kappa", "length", "drift")])
+    q_joint = bh_adjust(p.ravel()).reshape(p.shape)
+    z = np.stack([np.asarray(pl[k]) for k in ("z_kappa", "z_length", "z_drift")])
+    bands = rupture_bands(
+        z,
+        card["thresholds"],
+        np.asarray(pl["q"]),
+        card["layers"],
+        rule="per_signal",
+        q_signal=q_joint,
+        drift=bool(st["drift"]),
+        min_width=int(st["min_width"]),
+        q_fdr=float(st["q_fdr"]),
+    )
+    return {
+        "bands": [b.to_dict() for b in bands],
+        "min_q": {k: float(q_joint[i].min()) for i, k in enumerate(("kappa", "length", "drift"))},
     }
 
 
@@ -291,24 +359,47 @@ def stage_evaluate(
         ("c10-vs-clean", "battery", "c10", "clean", True),
         ("clean_s1-vs-clean", "battery", "clean-s1", "clean", True),
         ("clean-vs-base", "battery", "clean", "base", False),
+        ("mix-vs-clean", "battery", "mix", "clean", True),
         ("paraphrase-positive-vs-clean", "paraphrase", positive, "clean", False),
+        # the anchor-relative form of the signals (reference="anchor_delta"), same pairs
+        ("delta:positive-vs-clean", "battery", positive, "clean", False),
+        ("delta:c10-vs-clean", "battery", "c10", "clean", False),
+        ("delta:clean_s1-vs-clean", "battery", "clean-s1", "clean", False),
+        ("delta:clean-vs-base", "battery", "clean", "base", False),
+        ("delta:mix-vs-clean", "battery", "mix", "clean", False),
     ]
     for name, battery, s_name, a_name, main in plan_audits:
+        reference = "anchor_delta" if name.startswith("delta:") else "within"
+        card_dir = out / "cards" / name.replace(":", "-")
         if not all(
             (out / "cache" / "signals" / battery / m / "meta.json").is_file() for m in (s_name, a_name)
         ):
             audits[name] = {"status": "not measured", "reason": f"signals of {s_name} or {a_name} missing"}
             log.info("%s: not measured (signals missing)", name)
             continue
-        suspect, anchor = sig(battery, s_name), sig(battery, a_name)
         perm, boot = (n_perm, n_boot) if main else (n_perm_small, n_boot_small)
+        done_path = out / "audits" / f"{name.replace(':', '-')}.json"
+        if done_path.is_file():
+            done = json.loads(done_path.read_text())
+            if (done["suspect"], done["anchor"], done["n_permutations"], done["n_bootstrap"]) == (
+                s_name,
+                a_name,
+                perm,
+                boot,
+            ):
+                audits[name] = done
+                log.info("%s: already audited (%s)", name, done_path)
+                continue
+        suspect, anchor = sig(battery, s_name), sig(battery, a_name)
         t0 = time.perf_counter()
-        det: ScarDetector = config.detector().set_params(n_permutations=perm, n_bootstrap=boot)
+        det: ScarDetector = config.detector().set_params(
+            n_permutations=perm, n_bootstrap=boot, reference=reference
+        )
         res = det.fit(anchor).audit(suspect)
         seconds = round(time.perf_counter() - t0, 1)
         write_card(
             res,
-            out / "cards" / name,
+            card_dir,
             extra_settings={
                 "suspect": suspect.model,
                 "anchor": anchor.model,
@@ -324,6 +415,7 @@ def stage_evaluate(
             "battery": battery,
             "suspect": s_name,
             "anchor": a_name,
+            "reference": reference,
             "n_permutations": perm,
             "n_bootstrap": boot,
             "seconds": seconds,
@@ -341,6 +433,7 @@ def stage_evaluate(
             "loss_attack": loss_attack(suspect, anchor),
             "per_prompt": pp.summary(),
         }
+        _save(done_path, audits[name])
         log.info(
             "%s: %s (%.0f s)",
             name,
@@ -348,6 +441,10 @@ def stage_evaluate(
             seconds,
         )
         _save(summary_path, {"audits": audits})
+    for name, a in audits.items():
+        if "status" not in a:
+            a.setdefault("reference", "within")
+            a["per_signal_joint_bh"] = _joint_bh(out / "cards" / name.replace(":", "-") / "card.json")
     pos_b, pos_p = sig("battery", positive), sig("paraphrase", positive)
     clean_b, clean_p = sig("battery", "clean"), sig("paraphrase", "clean")
     loss = {
@@ -377,11 +474,81 @@ def stage_evaluate(
     return summary
 
 
+def _fmt_bands(bands: list[dict[str, Any]], *, tag: bool = False) -> str:
+    def one(b: dict[str, Any], bold: bool) -> str:
+        span = f"{b['first']}-{b['last']}"
+        span = f"**{span}**" if bold else span
+        return span + (f" {b['signals'][0]}" if tag else "") + f" (q {b['min_q']:.3f})"
+
+    acc = [b for b in bands if b["accepted"]]
+    if acc:
+        return ", ".join(one(b, True) for b in acc)
+    cands = ", ".join(one(b, False) for b in bands)
+    return "none" + (f" (candidates: {cands})" if cands else "")
+
+
+def report(out: Path) -> str:
+    """Markdown tables of ``OUT/summary.json`` (the tables of docs/scar.md, "Positive control")."""
+    d = json.loads((out / "summary.json").read_text())
+    rows = [
+        "| audit (suspect vs anchor) | reference | paper (AND of 3) | any 2 of 3 | per signal (BH per signal) "
+        "| per signal (BH over 3 x 28) | loss-attack AUC | per-prompt score AUC | drift / length AUC |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, a in d["audits"].items():
+        if "status" in a:
+            rows.append(f"| {name} | - | not measured: {a['reason']} | | | | | | |")
+            continue
+        br, pp = a["bands_by_rule"], a["per_prompt"]
+        rows.append(
+            f"| {name} | {a.get('reference', 'within')} | {_fmt_bands(br['paper'])} | {_fmt_bands(br['any2'])} "
+            f"| {_fmt_bands(br['per_signal'], tag=True)} "
+            f"| {_fmt_bands(a['per_signal_joint_bh']['bands'], tag=True)} "
+            f"| {a['loss_attack']['auc']:.3f} | {pp['score']['auc_suspect_vs_anchor']:.3f} "
+            f"| {pp['drift']['auc_suspect_vs_anchor']:.3f} / {pp['length']['auc_suspect_vs_anchor']:.3f} |"
+        )
+    cond = [
+        "",
+        "| audit | z_kappa > tau | z_L < anchor p10 | z_v > tau_v | BH q <= 0.05: T / kappa / L / drift "
+        "| drift ratio s/a (median, range) | L ratio s/a (median, range) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def lay(x: list[int]) -> str:
+        return ", ".join(map(str, x)) or "none"
+
+    for name, a in d["audits"].items():
+        if "status" in a:
+            continue
+        c = a["conditions"]
+        dr, lr = c["drift_ratio_range"], c["length_ratio_range"]
+        cond.append(
+            f"| {name} | {lay(c['kappa_spike'])} | {lay(c['length_dip'])} | {lay(c['drift_surge'])} "
+            f"| {lay(c['bh_significant_T'])} / {lay(c['bh_significant_kappa'])} / "
+            f"{lay(c['bh_significant_length'])} / {lay(c['bh_significant_drift'])} "
+            f"| {c['drift_ratio_median']:.3g} ({dr[0]:.3g}-{dr[1]:.3g}) "
+            f"| {c['length_ratio_median']:.3g} ({lr[0]:.3g}-{lr[1]:.3g}) |"
+        )
+    la = [
+        "",
+        "| loss attack (-NLL per target token) | AUC | mean NLL/token (label 1 vs 0) | paired: label 1 lower |",
+        "|---|---|---|---|",
+    ]
+    for k, v in d.get("loss_attack", {}).items():
+        la.append(
+            f"| {k} | {v['auc']:.3f} | {v['mean_nll_per_token_pos']:.3f} vs {v['mean_nll_per_token_neg']:.3f} "
+            f"| {v.get('paired_fraction_lower_nll', float('nan')):.3f} |"
+        )
+    return "\n".join(rows + cond + la)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/scar/positive_control")
     ap.add_argument("--runs", default="runs/scar-pc", help="adapter folder (git-ignored)")
-    ap.add_argument("--stage", choices=["train", "extract", "evaluate", "controls", "all"], default="all")
+    ap.add_argument(
+        "--stage", choices=["train", "extract", "evaluate", "controls", "report", "all"], default="all"
+    )
     ap.add_argument("--n-permutations", type=int, default=199)
     ap.add_argument("--n-bootstrap", type=int, default=100)
     ap.add_argument("--n-permutations-small", type=int, default=99)
@@ -392,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     out, runs = Path(args.out), Path(args.runs)
     out.mkdir(parents=True, exist_ok=True)
     config = AuditConfig(position="last", batch_size=8, chunk_size=32, k=64, progress=False)
+    if args.stage == "report":
+        print(report(out))
+        return 0
     if args.stage in ("train", "all"):
         stage_train(out, runs, config)
     positive = json.loads((out / "training.json").read_text()).get("positive")
