@@ -171,3 +171,33 @@ def test_token_stats_match_direct_computation(lm):
         np.testing.assert_allclose(t.token_mu, mu, atol=1e-5)
         np.testing.assert_allclose(t.token_sigma, np.sqrt((p * (lp - mu[:, None]) ** 2).sum(-1)), atol=1e-4)
         assert t.logprobs is None and t.hidden is None
+
+
+def test_logits_budget_splits_batches_and_changes_no_statistic(lm, monkeypatch):
+    """With all-position logits, a batch is split so its [rows width vocab] logits fit the
+    budget (memory bounded by the budget, not by batch x length x vocabulary); the token
+    statistics are the same as with one forward per batch, and in the same order."""
+    cap = Capture(hidden="none", logprobs="none", token_stats=True)
+    prompts = [p * (1 + i % 3) for i, p in enumerate(PROMPTS * 2)]
+    whole = Tracer(lm, batch_size=len(prompts), logits_budget_mb=1e6)
+    per_row_mb = 4 * whole.vocab_size / 2**20
+    longest = max(len(whole.encode(p)) for p in prompts)
+    tight = Tracer(lm, batch_size=len(prompts), logits_budget_mb=2.5 * longest * per_row_mb)
+    calls: list[int] = []
+    forward = tight.forward
+
+    def counting(seqs, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(seqs))
+        width = max(len(s) for s in seqs)
+        assert len(seqs) == 1 or len(seqs) * width * per_row_mb <= tight.logits_budget_mb
+        return forward(seqs, **kw)
+
+    monkeypatch.setattr(tight, "forward", counting)
+    a, b = whole.trace(prompts, capture=cap), tight.trace(prompts, capture=cap)
+    assert len(calls) > 1 and sum(calls) == len(prompts)
+    for x, y in zip(a, b, strict=True):
+        assert x.prompt == y.prompt
+        np.testing.assert_allclose(x.token_logprobs, y.token_logprobs, atol=1e-5)
+        np.testing.assert_allclose(x.token_sigma, y.token_sigma, atol=1e-4)
+    with pytest.raises(ValueError, match="logits_budget_mb"):
+        Tracer(lm, logits_budget_mb=0)

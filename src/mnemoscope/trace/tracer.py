@@ -77,6 +77,11 @@ class Tracer:
     Args:
         lm: the model (from :func:`mnemoscope.models.load_model` or ``from_objects``).
         batch_size: prompts per forward pass.
+        logits_budget_mb: when a trace keeps the logits of every position (token statistics,
+            ``logprobs="all"``), a batch is split so that its ``[batch seq vocab]`` float32
+            logits stay under this many MB: the forward's memory is then bounded by the budget,
+            not by batch size x document length x vocabulary (a 262k-vocabulary model would
+            need 2 GB for 8 x 256 tokens).
         eos_token_ids: tokens that end a generation (default: the tokenizer's EOS and the
             model's ``generation_config.eos_token_id``).
 
@@ -87,9 +92,19 @@ class Tracer:
         (31, 576)
     """
 
-    def __init__(self, lm: LoadedModel, *, batch_size: int = 8, eos_token_ids: Sequence[int] | None = None):
+    def __init__(
+        self,
+        lm: LoadedModel,
+        *,
+        batch_size: int = 8,
+        eos_token_ids: Sequence[int] | None = None,
+        logits_budget_mb: float = 96.0,
+    ):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if logits_budget_mb <= 0:
+            raise ValueError("logits_budget_mb must be > 0")
+        self.logits_budget_mb = logits_budget_mb
         self.lm = lm
         self.model = lm.model
         self.tokenizer = lm.tokenizer
@@ -251,14 +266,45 @@ class Tracer:
                 seqs.append([int(t) for t in p])  # type: ignore[call-overload]
             self.check_length(len(seqs[-1]), record=i)
         out: list[PromptTrace] = []
+        keep: int | Literal["all"] = {"none": 0, "last": 1, "all": "all"}[capture.logprobs]  # type: ignore[assignment]
+        if capture.token_stats:
+            keep = "all"
         for idx in batch_ranges(len(seqs), self.batch_size):
-            batch = [seqs[i] for i in idx]
-            keep: int | Literal["all"] = {"none": 0, "last": 1, "all": "all"}[capture.logprobs]  # type: ignore[assignment]
-            if capture.token_stats:
-                keep = "all"
-            res = self.forward(batch, hidden=capture.hidden, keep_logits=keep, attentions=capture.attentions)
-            out.extend(self._prompt_traces(res, batch, [texts[i] for i in idx], capture))
+            parts = self._within_logits_budget(list(idx), seqs) if keep == "all" else [list(idx)]
+            for part in parts:
+                batch = [seqs[i] for i in part]
+                res = self.forward(
+                    batch, hidden=capture.hidden, keep_logits=keep, attentions=capture.attentions
+                )
+                out.extend(self._prompt_traces(res, batch, [texts[i] for i in part], capture))
+                del res
         return out
+
+    @property
+    def vocab_size(self) -> int:
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        weight = getattr(head, "weight", None)
+        if weight is not None:
+            return int(weight.shape[0])
+        return int(getattr(self.model.config, "vocab_size", 0) or 0)
+
+    def _within_logits_budget(self, idx: list[int], seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Split a batch (in order) so each part's padded ``[rows width vocab]`` float32 logits
+        fit :attr:`logits_budget_mb` (a row longer than the budget goes alone)."""
+        per_token = 4 * max(self.vocab_size, 1) / 2**20  # MB of logits per (row, position)
+        parts: list[list[int]] = []
+        cur: list[int] = []
+        width = 0
+        for i in idx:
+            w = max(width, len(seqs[i]))
+            if cur and (len(cur) + 1) * w * per_token > self.logits_budget_mb:
+                parts.append(cur)
+                cur, w = [], len(seqs[i])
+            cur.append(i)
+            width = w
+        if cur:
+            parts.append(cur)
+        return parts
 
     def _prompt_traces(
         self, res: ForwardResult, seqs: list[list[int]], texts: list[str], capture: Capture
