@@ -315,8 +315,11 @@ class Tracer:
             fields: dict[str, Any] = {}
             # one row at a time: a [seq vocab] float block per row, never per batch; token
             # statistics alone never build it (they go through the logits in position chunks)
-            full = res.logits is not None and (capture.logprobs != "none")
-            logp = res.logits[b].float().log_softmax(-1) if full else None
+            logp = (
+                res.logits[b].float().log_softmax(-1)
+                if res.logits is not None and capture.logprobs != "none"
+                else None
+            )
             if res.hidden is not None:
                 if capture.hidden == "all":
                     fields["hidden_all"] = to_numpy(res.hidden[b, :, pad:])
