@@ -31,6 +31,7 @@ from mnemoscope.features.tokens import TokenStats
 from mnemoscope.io import atomic_savez
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.provenance import provenance as run_provenance
+from mnemoscope.trace.memory import release_memory
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -304,6 +305,7 @@ def run_leaderboard(
         if "pairs" in needs:
             data.pairs = _pair_traces(lm, docs, out / "cache", config, progress, engine, load)
         del lm
+        release_memory()  # the model goes before the next one loads (its reference cycles too)
         if "reference" in needs:
             if ref_stats is None:
                 assert reference is not None
@@ -311,6 +313,7 @@ def run_leaderboard(
                 identities["reference"] = ref_lm.info.to_dict()
                 ref_stats = _token_stats(ref_lm, texts, out / "cache", "text", dh, load=reference, **kw)
                 del ref_lm
+                release_memory()
             data.reference = ref_stats
         sib_scores: dict[str, np.ndarray] = {}
         sib_entries: list[dict[str, Any]] = []

@@ -19,6 +19,7 @@ import torch
 from mnemoscope.errors import InputError, InputTooLongError
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.hooks import StateCapture, eager_attention, registered_hooks
+from mnemoscope.trace.memory import trim_heap
 from mnemoscope.trace.types import PromptTrace
 
 __all__ = ["Capture", "ForwardResult", "Tracer"]
@@ -278,6 +279,8 @@ class Tracer:
                 )
                 out.extend(self._prompt_traces(res, batch, [texts[i] for i in part], capture))
                 del res
+                if keep == "all":  # large, differently shaped logits: give the freed heap back
+                    trim_heap()
         return out
 
     @property
