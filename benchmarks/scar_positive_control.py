@@ -150,12 +150,17 @@ def _loader(runs: Path, model: str) -> Callable[[], Any]:
     return load
 
 
+def signal_dir(runs: Path, battery: str, model: str) -> Path:
+    """Extracted signals live next to the adapters (git-ignored), not in the results folder."""
+    return runs / "signals" / battery / model
+
+
 def signals(
     out: Path, runs: Path, battery: str, model: str, records: list[BatteryRecord], config: AuditConfig
 ) -> tuple[ScarData, float]:
     t0 = time.perf_counter()
     data = extract_signals(
-        _loader(runs, model), records, out / "cache" / "signals" / battery / model, config=config, role=model
+        _loader(runs, model), records, signal_dir(runs, battery, model), config=config, role=model
     )
     return data, round(time.perf_counter() - t0, 1)
 
@@ -256,16 +261,28 @@ def plan(positive: str) -> dict[str, list[str]]:
 
 def stage_extract(out: Path, runs: Path, config: AuditConfig, positive: str) -> dict[str, Any]:
     bats = batteries()
-    timings: dict[str, dict[str, float]] = {}
+    prev = out / "extraction.json"
+    # seconds of the run that actually extracted (a cached re-run takes ~0 s and keeps them)
+    timings: dict[str, dict[str, float | None]] = (
+        json.loads(prev.read_text())["seconds"] if prev.is_file() else {}
+    )
     for battery, models in plan(positive).items():
         for model in models:
             if not _finished(runs, model):
                 log.info("signals %s/%s skipped: %s not trained yet", battery, model, model)
                 continue
             _, secs = signals(out, runs, battery, model, bats[battery], config)
-            timings.setdefault(battery, {})[model] = secs
+            known = timings.get(battery, {}).get(model)
+            if secs > 1.0 or not known:
+                timings.setdefault(battery, {})[model] = secs if secs > 1.0 else None  # None: cached
+
             log.info("signals %s/%s ready (%.1f s)", battery, model, secs)
-    rec = {"seconds": timings, "torch_threads": torch.get_num_threads(), "provenance": provenance()}
+    rec = {
+        "seconds": timings,
+        "note": "null = loaded from cache by this run (extracted earlier; time not recorded here)",
+        "torch_threads": torch.get_num_threads(),
+        "provenance": provenance(),
+    }
     _save(out / "extraction.json", rec)
     return rec
 
@@ -332,6 +349,7 @@ def _joint_bh(card_path: Path) -> dict[str, Any]:
 
 def stage_evaluate(
     out: Path,
+    runs: Path,
     config: AuditConfig,
     positive: str,
     n_perm: int,
@@ -348,7 +366,7 @@ def stage_evaluate(
             raise RuntimeError(f"signals {battery}/{model} missing: run --stage extract first")
 
         return extract_signals(
-            refuse, bats[battery], out / "cache" / "signals" / battery / model, config=config, role=model
+            refuse, bats[battery], signal_dir(runs, battery, model), config=config, role=model
         )
 
     summary_path = out / "summary.json"
@@ -371,9 +389,7 @@ def stage_evaluate(
     for name, battery, s_name, a_name, main in plan_audits:
         reference = "anchor_delta" if name.startswith("delta:") else "within"
         card_dir = out / "cards" / name.replace(":", "-")
-        if not all(
-            (out / "cache" / "signals" / battery / m / "meta.json").is_file() for m in (s_name, a_name)
-        ):
+        if not all((signal_dir(runs, battery, m) / "meta.json").is_file() for m in (s_name, a_name)):
             audits[name] = {"status": "not measured", "reason": f"signals of {s_name} or {a_name} missing"}
             log.info("%s: not measured (signals missing)", name)
             continue
@@ -432,6 +448,7 @@ def stage_evaluate(
             "conditions": _conditions(res),
             "loss_attack": loss_attack(suspect, anchor),
             "per_prompt": pp.summary(),
+            "provenance": provenance(),
         }
         _save(done_path, audits[name])
         log.info(
@@ -575,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage in ("evaluate", "all"):
             stage_evaluate(
                 out,
+                runs,
                 config,
                 positive,
                 args.n_permutations,
