@@ -226,3 +226,49 @@ def test_per_prompt_scores_bad_input():
         per_prompt_scores(_data(H[:40], G[:40]), _data(H, G))
     with pytest.raises(InputError, match="gradients"):
         per_prompt_scores(_data(H, None), _data(H, G))
+
+
+def test_cli_rule_and_threads_through_main(tmp_path, capsys):
+    """``mnemoscope scar audit --rule per_signal --threads 1``: the rule drives ``bands`` and the
+    card records every rule."""
+    import torch
+
+    from helpers import tiny_model, tiny_tokenizer
+    from mnemoscope.cli.main import main
+
+    folder = tmp_path / "tiny4"
+    tiny_model("llama", layers=4).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    battery = tmp_path / "b.jsonl"
+    battery.write_text(
+        "\n".join(
+            json.dumps(
+                {"id": f"t{i:03d}", "prompt": f"Item {i}: {i} plus {i % 7} equals", "target": str(i + i % 7)}
+            )
+            for i in range(40)
+        )
+        + "\n"
+    )
+    out = tmp_path / "card"
+    before = torch.get_num_threads()
+    try:
+        code = main(
+            [
+                *("--quiet", "--cache-dir", str(tmp_path / "cache"), "scar", "audit"),
+                *("--suspect", str(folder), "--anchor", str(folder), "--threads", "1"),
+                *("--prompts", str(battery), "--out", str(out), "--k", "32", "--rule", "per_signal"),
+                *("--n-permutations", "19", "--n-bootstrap", "5", "--no-plots"),
+            ]
+        )
+        assert code == 0 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["rule"] == "per_signal" and summary["bands"] == []
+    assert set(summary["bands_by_rule"]) == set(RULES)
+    card = json.loads((out / "card.json").read_text())
+    assert card["rule"] == "per_signal" and set(card["bands_by_rule"]) == set(RULES)
+    assert card["settings"]["rule"] == "per_signal"
+    assert all(f"q_{s}" in card["per_layer"] for s in ("kappa", "length", "drift"))
+    # the same model on both sides: every permutation statistic ties, no candidate is accepted
+    assert all(not b["accepted"] for bs in card["bands_by_rule"].values() for b in bs)

@@ -8,6 +8,8 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    from mnemoscope.cli.main import add_threads_arg
+
     p = sub.add_parser(
         "scar",
         help="SCAR model-level audit: rupture bands of a suspect vs a clean anchor",
@@ -25,6 +27,7 @@ def register(sub: Any) -> None:
     g.add_argument("--anchor-adapter", metavar="DIR", help="LoRA/peft adapter applied to the anchor")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    add_threads_arg(g)
     a.add_argument(
         "--prompts", metavar="FILE", help="JSONL of {id, prompt, target?} (default: the shipped battery)"
     )
