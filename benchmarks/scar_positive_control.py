@@ -385,6 +385,9 @@ def stage_evaluate(
         ("delta:clean_s1-vs-clean", "battery", "clean-s1", "clean", False),
         ("delta:clean-vs-base", "battery", "clean", "base", False),
         ("delta:mix-vs-clean", "battery", "mix", "clean", False),
+        # the library's default resampling (999 permutations, 200 bootstrap) on the key pairs
+        ("p999:positive-vs-clean", "battery", positive, "clean", False),
+        ("p999:clean_s1-vs-clean", "battery", "clean-s1", "clean", False),
     ]
     for name, battery, s_name, a_name, main in plan_audits:
         reference = "anchor_delta" if name.startswith("delta:") else "within"
@@ -394,6 +397,8 @@ def stage_evaluate(
             log.info("%s: not measured (signals missing)", name)
             continue
         perm, boot = (n_perm, n_boot) if main else (n_perm_small, n_boot_small)
+        if name.startswith("p999:"):
+            perm, boot = 999, 200
         done_path = out / "audits" / f"{name.replace(':', '-')}.json"
         if done_path.is_file():
             done = json.loads(done_path.read_text())
