@@ -18,10 +18,12 @@ with the command, git commit, timings, threads and load average.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,10 +51,60 @@ def records(dataset: str, per_class: int | None) -> list[Record]:
     return recs
 
 
+def _auc(e: dict[str, Any] | None) -> str:
+    if not e or e.get("roc_auc") is None:
+        return "n/a"
+    lo, hi = e["roc_auc_ci"]
+    return f"{e['roc_auc']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def summary(out: Path, names: list[str]) -> str:
+    """The docs tables: one column per report, rows = families, CRM methods, blind, likelihood."""
+    reps = {n: json.loads((out / n / "report.json").read_text()) for n in names}
+    head = "| | " + " | ".join(names) + " |"
+    lines = [head, "|---|" + "---|" * len(names)]
+
+    def row(label: str, get: Any) -> None:
+        lines.append(f"| {label} | " + " | ".join(get(r) for r in reps.values()) + " |")
+
+    fams = [f["family"] for f in next(iter(reps.values()))["families"]["rows"]]
+    for fam in fams:
+        row(
+            f"family {fam}",
+            lambda r, fam=fam: _auc(next(x for x in r["families"]["rows"] if x["family"] == fam)),
+        )
+    for m in ("crm_lr", "crm_xgb", "crm_sup_lr", "static_mia_lr", "raw_final_diff", "logit_lens_lr"):
+        row(m, lambda r, m=m: _auc(r.get(m)))
+    for b in ("blind_tfidf", "blind_date", "blind_embedding"):
+        row(b, lambda r, b=b: _auc(next((e for e in r["blind"]["entries"] if e["method"] == b), None)))
+    row(
+        "best likelihood", lambda r: f"{r['best_likelihood']['method']} {r['best_likelihood']['roc_auc']:.3f}"
+    )
+    row("shift_warning", lambda r: str(r["shift_warning"]).lower())
+    row(
+        "same-topic CRM-LR (n)",
+        lambda r: (
+            f"{_auc(r['analyses']['same_topic'].get('crm_lr'))} (n={r['analyses']['same_topic'].get('n')})"
+        ),
+    )
+    row(
+        "permuted CRM-LR (10x)",
+        lambda r: f"{r['analyses']['permutation']['mean']:.3f} +- {r['analyses']['permutation']['std']:.3f}",
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dataset", choices=["shift", "membership"], required=True)
-    ap.add_argument("--name", required=True, help="output folder name, e.g. shift-base")
+    ap.add_argument("--dataset", choices=["shift", "membership"])
+    ap.add_argument("--name", help="output folder name, e.g. shift-base")
+    ap.add_argument(
+        "--summary",
+        nargs="*",
+        metavar="NAME",
+        default=None,
+        help="print docs/crm.md's family tables from the committed reports of these names and exit",
+    )
     ap.add_argument("--model", default="default")
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--cache", default="benchmarks/results/crm/cache")
@@ -61,7 +113,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--permutations", type=int, default=10)
+    ap.add_argument(
+        "--note", default="", help="free text stored in report.json (e.g. how the cache was extracted)"
+    )
     args = ap.parse_args()
+    if args.summary is not None:
+        print(summary(Path(args.out), args.summary or ["membership-positive", "shift-base"]))
+        return
+    if not args.dataset or not args.name:
+        ap.error("--dataset and --name are required (or --summary)")
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     load0 = os.getloadavg()
@@ -116,6 +176,7 @@ def main() -> None:
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "note": "shared 2-core machine; extraction may have resumed from an earlier run (then "
         "extract_seconds covers only the remainder)",
+        "run_note": args.note,
     }
     title = f"CRM by feature family: {args.name}"
     write_report(report, Path(args.out) / args.name, title=title)

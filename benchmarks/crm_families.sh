@@ -16,4 +16,6 @@ log "membership sibling: positive (LoRA on the 150 member documents)"
 mnemoscope bench inject --preset positive --suite membership --out "$RUNS/membership-positive"
 python benchmarks/crm_families.py --dataset membership --adapter "$RUNS/membership-positive" \
   --name membership-positive --threads 1 ${PER_CLASS:+--per-class "$PER_CLASS"}
+
+python benchmarks/crm_families.py --summary membership-positive shift-base   # the tables of docs/crm.md
 log "done"
