@@ -51,6 +51,7 @@ __all__ = [
     "GENRES",
     "MEMBERSHIP_FILE",
     "SUBTYPES",
+    "NameFactory",
     "estimate_tokens",
     "generate_arithmetic",
     "generate_filler",
@@ -264,7 +265,7 @@ _EPITHET_ENDINGS = _T["epithet_endings"]
 _BLOCKED = _T["blocked"]
 
 
-class _Names:
+class NameFactory:
     """Invents pronounceable names; never returns the same name twice in one corpus."""
 
     def __init__(self) -> None:
@@ -400,7 +401,7 @@ def _num(n: int) -> str:
 Built = tuple[str, list[str]]  # (opening sentence, body sentences)
 
 
-def _place(rng: random.Random, nm: _Names, sub: str) -> Built:
+def _place(rng: random.Random, nm: NameFactory, sub: str) -> Built:
     n = nm.word(rng)
     region, t2, t3, t4, extra = (nm.word(rng) for _ in range(5))
     p1, p2 = nm.person(rng), nm.person(rng)
@@ -473,7 +474,7 @@ def _place(rng: random.Random, nm: _Names, sub: str) -> Built:
     return opening, bodies
 
 
-def _species(rng: random.Random, nm: _Names, sub: str) -> Built:
+def _species(rng: random.Random, nm: NameFactory, sub: str) -> Built:
     genus, ep, ep2 = nm.genus(rng), nm.epithet(rng), nm.epithet(rng)
     region, t1, t2, hills = (nm.word(rng) for _ in range(4))
     p1, p2 = nm.person(rng), nm.person(rng)
@@ -548,7 +549,7 @@ def _species(rng: random.Random, nm: _Names, sub: str) -> Built:
     return opening, bodies
 
 
-def _company(rng: random.Random, nm: _Names, sub: str) -> Built:
+def _company(rng: random.Random, nm: NameFactory, sub: str) -> Built:
     n, t1, t2, t3, n2, country = (nm.word(rng) for _ in range(6))
     p1, p2, p3 = nm.person(rng), nm.person(rng), nm.person(rng)
     founded = rng.randint(1780, 1960)
@@ -599,7 +600,7 @@ def _company(rng: random.Random, nm: _Names, sub: str) -> Built:
     return opening, bodies
 
 
-def _person(rng: random.Random, nm: _Names, sub: str) -> Built:
+def _person(rng: random.Random, nm: NameFactory, sub: str) -> Built:
     first, last = nm.first(rng), nm.word(rng, 2, 3)
     full = f"{first} {last}"
     she = rng.random() < 0.5
@@ -671,7 +672,7 @@ def _person(rng: random.Random, nm: _Names, sub: str) -> Built:
     return opening, bodies + common
 
 
-def _event(rng: random.Random, nm: _Names, sub: str) -> Built:
+def _event(rng: random.Random, nm: NameFactory, sub: str) -> Built:
     n, t1, t2, t3, t4, region, isl, riv = (nm.word(rng) for _ in range(8))
     p1, p2 = nm.person(rng), nm.person(rng)
     month = rng.choice(MONTHS)
@@ -745,7 +746,7 @@ SUBTYPES: dict[str, tuple[str, ...]] = {
     "event": ("festival", "treaty", "storm"),
 }
 
-_BUILDERS: dict[str, Callable[[random.Random, _Names, str], Built]] = {
+_BUILDERS: dict[str, Callable[[random.Random, NameFactory, str], Built]] = {
     "place": _place,
     "species": _species,
     "company": _company,
@@ -778,7 +779,7 @@ def generate_membership(seed: int = 0) -> list[dict[str, Any]]:
     Subtypes rotate within a genre (20 each); the split is 30/30 within every genre.
     """
     rng = random.Random(seed)
-    names = _Names()
+    names = NameFactory()
     seen: set[str] = set()
     records: list[dict[str, Any]] = []
     for genre in GENRES:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.bench.corpus import MONTHS, _Names
+from mnemoscope.bench.corpus import MONTHS, NameFactory
 from mnemoscope.bench.datasets import Document
 from mnemoscope.bench.tables import DATA_DIR, load_tables
 
@@ -62,7 +62,7 @@ TOPICS: tuple[str, ...] = tuple(_T["topics"])
 _SLOT = re.compile(r"\{(\w+)\}")
 
 
-def _slots(rng: random.Random, names: _Names, year_range: tuple[int, int]) -> dict[str, str]:
+def _slots(rng: random.Random, names: NameFactory, year_range: tuple[int, int]) -> dict[str, str]:
     """One draw of every slot; only ``year``/``year2`` depend on the register's era."""
     year = rng.randint(year_range[0], year_range[1] - 9)
     goods, goods2 = rng.sample(list(_C["goods"]), 2)
@@ -99,7 +99,7 @@ def generate_shift(seed: int = 0) -> list[dict[str, Any]]:
     sentence structure are balanced and only the register and the era of the years differ.
     """
     rng = random.Random(seed)
-    names = _Names()
+    names = NameFactory()
     eras = {reg: (int(lo), int(hi)) for reg, (lo, hi) in _T["eras"].items()}
     out: list[dict[str, Any]] = []
     for topic in TOPICS:
