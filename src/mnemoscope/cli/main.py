@@ -104,7 +104,7 @@ def apply_threads(args: argparse.Namespace) -> int | None:
     import torch
 
     torch.set_num_threads(n)
-    log.info("torch threads: %d%s", n, " (auto)" if spec == "auto" else "")
+    log.debug("torch threads: %d%s", n, " (auto)" if spec == "auto" else "")
     return n
 
 
