@@ -52,7 +52,7 @@ def text_embeddings(
     texts: Sequence[str], *, embedder: Any = None, cache: str | Path | None = None, key: str = ""
 ) -> np.ndarray:
     """Sentence embeddings of ``texts`` (the offline MiniLM encoder unless ``embedder`` is
-    given), cached as ``cache/text-embeddings-<key>.npy`` when ``cache`` is set."""
+    given), cached as ``cache/text-embeddings-<key>.npz`` when ``cache`` is set."""
     from mnemoscope.io import atomic_savez
 
     path = Path(cache) / f"text-embeddings-{key}.npz" if cache is not None and key else None

@@ -285,11 +285,7 @@ class Tracer:
 
     @property
     def vocab_size(self) -> int:
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        weight = getattr(head, "weight", None)
-        if weight is not None:
-            return int(weight.shape[0])
-        return int(getattr(self.model.config, "vocab_size", 0) or 0)
+        return self.lm.info.vocab_size
 
     def _within_logits_budget(self, idx: list[int], seqs: Sequence[Sequence[int]]) -> list[list[int]]:
         """Split a batch (in order) so each part's padded ``[rows width vocab]`` float32 logits
