@@ -184,7 +184,10 @@ def _fmt_ci(ci: Sequence[float] | None) -> str:
 
 
 def shift_diagnostic(
-    entries: Iterable[Mapping[str, Any]], *, threshold: float = SHIFT_THRESHOLD
+    entries: Iterable[Mapping[str, Any]],
+    *,
+    threshold: float = SHIFT_THRESHOLD,
+    not_run: str | None = None,
 ) -> dict[str, Any]:
     """Are the labels predictable from the text alone? The one shift rule of mnemoscope.
 
@@ -195,6 +198,8 @@ def shift_diagnostic(
         entries: leaderboard-style rows; those whose ``method`` is a blind baseline and that
             carry ``roc_auc`` and ``roc_auc_ci`` are used, the others ignored.
         threshold: the AUC the CI's lower end must exceed.
+        not_run: why the caller did not run the blind baselines at all (e.g. ``--no-blind``);
+            it becomes the "not measured" reason when no measured row is given.
 
     Returns:
         ``{"shift_warning": bool, "shift_reason": str, "shift_measured": bool,
@@ -222,8 +227,9 @@ def shift_diagnostic(
         "threshold": threshold,
     }
     if not measured:
-        out["shift_reason"] = (
-            "not measured: no blind baseline could be evaluated on this data, so whether the labels "
+        out["shift_reason"] = "not measured: " + (
+            not_run
+            or "no blind baseline could be evaluated on this data, so whether the labels "
             "are predictable from the text alone is unknown"
         )
         return out

@@ -350,8 +350,7 @@ def run_leaderboard(
                 )
             sib_entries += [{**e, "sibling": sib_name, "model": model_name} for e in blind.entries]
         else:
-            diag = shift_diagnostic([])
-            diag["shift_reason"] = "not measured: the blind baselines were switched off (--no-blind)"
+            diag = shift_diagnostic([], not_run="the blind baselines were switched off (--no-blind)")
         shift[sib_name] = diag
         entries += sib_entries
         all_scores[sib_name] = sib_scores

@@ -456,7 +456,8 @@ def evaluate(
     else:
         from mnemoscope.detectors.blind import shift_diagnostic
 
-        block = {"entries": [], **shift_diagnostic([]), "skipped": "blind baselines not run (--no-blind)"}
+        skipped = "blind baselines not run (--no-blind)"
+        block = {"entries": [], **shift_diagnostic([], not_run=skipped), "skipped": skipped}
     report["blind"] = block
     report["shift_warning"] = block["shift_warning"]
     report["shift_reason"] = block["shift_reason"]
