@@ -140,6 +140,8 @@ class AuditResult:
     n_steps: int
     identical_prompts: bool
     notes: list[str] = field(default_factory=list)
+    #: the rule's memory flag (the one decision consumers count and filter on; never re-derived)
+    memory_flag: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The audit as JSON-ready data (no NaN/inf: what was not measured is ``null``)."""
@@ -147,6 +149,7 @@ class AuditResult:
             {
                 "source": self.source,
                 "p_memory": self.p_memory,
+                "memory_flag": self.memory_flag,
                 "answer": self.answer,
                 "summary": self.summary,
                 "rule": self.rule,
@@ -613,6 +616,7 @@ class Auditor:
             n_steps=int(t.n_steps),
             identical_prompts=bool(t.identical_prompts),
             notes=notes,
+            memory_flag=bool(memory_flag),
         )
 
     def _guarantee(self) -> dict[str, Any]:
