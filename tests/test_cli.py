@@ -157,7 +157,8 @@ def test_console_script_help_is_fast_and_usage_errors_exit_2():
 def test_threads_flag_on_model_commands(monkeypatch, capsys):
     import os
 
-    from mnemoscope.cli.main import build_parser, resolve_threads
+    from mnemoscope.cli.main import build_parser
+    from mnemoscope.cli.options import resolve_threads
 
     assert resolve_threads(3) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")

@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from typing import Any, TextIO
+from typing import Any
 
-from mnemoscope.cli.main import add_engine_args, add_model_args
+from mnemoscope.cli.options import add_engine_args, add_model_args
+from mnemoscope.cli.render import render_audit, use_colour
 
-__all__ = ["register", "render_audit"]
-
-_COLOURS = {"context": "\033[30;42m", "memory": "\033[30;43m"}
-_RESET = "\033[0m"
-_MARKERS = {"context": ("[ctx: ", "]"), "memory": ("[mem: ", "]")}
+__all__ = ["register"]
 
 
 def register(sub: Any) -> None:
@@ -71,66 +67,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def use_colour(choice: str, stream: TextIO) -> bool:
-    if choice == "always":
-        return True
-    if choice == "never" or os.environ.get("NO_COLOR"):
-        return False
-    return bool(getattr(stream, "isatty", lambda: False)())
-
-
-def _fmt(v: Any, spec: str = ".3f") -> str:
-    return "not measured" if v is None else format(v, spec)
-
-
-def render_audit(d: dict[str, Any], *, colour: bool) -> str:
-    """The human view of one audit (``AuditResult.to_dict()``): highlighted answer, verdict, evidence."""
-    answer = d["answer"]
-    parts = []
-    pos = 0
-    for s in d["spans"]:
-        if s["source"] not in _COLOURS:
-            continue
-        parts.append(answer[pos : s["start"]])
-        text = answer[s["start"] : s["end"]]
-        if colour:
-            parts.append(f"{_COLOURS[s['source']]}{text}{_RESET}")
-        else:
-            a, b = _MARKERS[s["source"]]
-            parts.append(f"{a}{text}{b}")
-        pos = s["end"]
-    parts.append(answer[pos:])
-    legend = (
-        f"{_COLOURS['context']}context{_RESET} / {_COLOURS['memory']}memory{_RESET} / plain = neutral"
-        if colour
-        else "[ctx: ...] = from the context, [mem: ...] = from memory, unmarked = neutral"
-    )
-    ev, g = d["evidence"], d["guarantee"]
-    frac = ev.get("context_token_fraction")
-    lines = [
-        f"Answer ({legend}):",
-        "  " + ("".join(parts).strip() or "(empty answer)"),
-        "",
-        f"Verdict: {d['source'].upper()}"
-        + ("" if d.get("p_memory") is None else f"   p_memory = {d['p_memory']:.2f}"),
-        f"  {d['summary']}",
-        "Evidence:",
-        f"  RePCS Z = {_fmt(ev.get('repcs_z'), '.2f')} nats (tau = {_fmt(ev.get('tau'), '.2f')}); "
-        f"closed-book log-prob = {_fmt(ev.get('closed_book_logprob'), '.2f')} per token; "
-        f"context-supported words = {'none attributed' if frac is None else f'{100 * frac:.0f} %'}",
-        f"Guarantee ({d['rule']} rule): {g.get('statement', '')}",
-    ]
-    crm = d.get("crm")
-    if crm:
-        lines.append(
-            f"Secondary, CRM anomaly rule: {'flagged' if crm['anomaly_flag'] else 'not flagged'} "
-            f"(score {crm['anomaly_score']:.2f})"
-        )
-    for n in d.get("notes", []):
-        lines.append(f"Note: {n}")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     from mnemoscope.errors import InputError
 
@@ -142,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input and not args.out:
         raise InputError("--input needs --out DIR", field="out")
 
-    from mnemoscope.cli.main import load_from_args
+    from mnemoscope.cli.options import load_from_args
     from mnemoscope.integrations import otel
     from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
     from mnemoscope.pipelines.profile import default_profile_path, load_profile
@@ -180,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_ray(args: argparse.Namespace) -> int:
-    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.cli.options import ray_options_from_args
     from mnemoscope.pipelines.ray_engine import ray_audit_file
 
     summary = ray_audit_file(

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args
+from mnemoscope.cli.options import add_chat_arg, add_engine_args, add_model_args
 
 
 def register(sub: Any) -> None:
@@ -135,7 +135,7 @@ def _methods(args: argparse.Namespace) -> int:
 
 def _inject(args: argparse.Namespace) -> int:
     from mnemoscope.bench.inject import SIBLINGS, inject, with_overrides
-    from mnemoscope.cli.main import load_from_args
+    from mnemoscope.cli.options import load_from_args
     from mnemoscope.errors import InputError
 
     config = with_overrides(
@@ -194,7 +194,7 @@ def _inject(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from mnemoscope.bench.reliance import load_reliance
     from mnemoscope.bench.verify import verify_reliance
-    from mnemoscope.cli.main import chat_for, load_from_args
+    from mnemoscope.cli.options import chat_for, load_from_args
     from mnemoscope.trace import PairConfig, PromptBuilder
 
     lm = load_from_args(args)
@@ -242,7 +242,7 @@ def _engine(args: argparse.Namespace) -> Any:
     """``--engine ray``: the siblings' forward passes on Ray actors (docs/ray.md); None = here."""
     if args.engine != "ray":
         return None
-    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.cli.options import ray_options_from_args
     from mnemoscope.pipelines.ray_engine import RayLeaderboardEngine
 
     return RayLeaderboardEngine(ray_options_from_args(args, args.batch_size))

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.cli.main import add_chat_arg, add_model_args, load_from_args
+from mnemoscope.cli.options import add_chat_arg, add_model_args, load_from_args
+from mnemoscope.cli.render import format_auc, render_crm_eval
 
 
 def _chat(v: str) -> Any:
@@ -249,36 +250,9 @@ def _eval(args: argparse.Namespace) -> int:
         title=args.title
         or f"CRM on {lm.info.name}" + (f" + {Path(args.adapter).name}" if args.adapter else ""),
     )
-    _print_eval(report)
+    print(render_crm_eval(report))
     print(f"protocol {report['protocol']}; report: {Path(args.out) / 'report.json'}")
     return 0
-
-
-def _auc(e: dict[str, Any]) -> str:
-    return f"{e['roc_auc']:.3f} [{e['roc_auc_ci'][0]:.3f}, {e['roc_auc_ci'][1]:.3f}]"
-
-
-def _print_eval(report: dict[str, Any]) -> None:
-    """The terminal summary of ``crm eval``: the shift diagnostic first, then the AUCs."""
-    blind = report.get("blind") or {}
-    if report.get("shift_warning"):
-        print(f"WARNING: {report.get('shift_reason')}")
-    elif blind.get("skipped"):
-        print(f"blind baselines: {blind['skipped']}")
-    else:
-        print(f"shift diagnostic: {report.get('shift_reason')}")
-    bb = blind.get("best_blind_auc")
-    vs = f"  (best blind {blind.get('best_blind')} {bb:.3f})" if bb is not None else ""
-    rows = [(m, report[m]) for m in ("crm_lr", "crm_xgb", "crm_l3_lr", "l1l2_lr") if m in report]
-    for m, e in rows:
-        if e.get("roc_auc") is not None:
-            print(f"{m:10s} AUC {_auc(e)}{vs}")
-    for row in (report.get("families") or {}).get("rows", []):
-        if row.get("roc_auc") is not None:
-            print(f"family {row['family']:9s} AUC {_auc(row)}")
-    best = report.get("best_likelihood")
-    if best:
-        print(f"best likelihood baseline: {best['method']} {best['roc_auc']:.3f}")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -310,7 +284,7 @@ def _report(args: argparse.Namespace) -> int:
                 e = r.get(m) or {}
                 if e.get("roc_auc") is None:
                     return "n/a"
-                return f"{e['roc_auc']:.3f} [{e['roc_auc_ci'][0]:.3f}, {e['roc_auc_ci'][1]:.3f}]"
+                return format_auc(e)
 
             b = r.get("best_likelihood") or {}
             rows.append(

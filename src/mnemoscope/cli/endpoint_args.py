@@ -141,7 +141,7 @@ def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) 
 
 def audit_endpoint(args: argparse.Namespace) -> int:
     """``mnemoscope audit --endpoint URL --profile DIR ...``."""
-    from mnemoscope.cli.audit_cmd import render_audit, use_colour
+    from mnemoscope.cli.render import render_audit, use_colour
     from mnemoscope.errors import InputError
     from mnemoscope.pipelines.audit import AuditFailure, AuditRequest, run_audit_file
 

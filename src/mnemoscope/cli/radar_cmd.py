@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.cli.main import add_model_args, load_from_args
+from mnemoscope.cli.options import add_model_args, load_from_args
 
 
 def _capture_args(p: argparse.ArgumentParser) -> None:

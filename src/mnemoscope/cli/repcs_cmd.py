@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemoscope.cli.endpoint_args import add_endpoint_args
-from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
+from mnemoscope.cli.options import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
 
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
@@ -214,7 +214,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
-    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.cli.options import ray_options_from_args
     from mnemoscope.errors import InputError
     from mnemoscope.pipelines.ray_engine import ray_score_file
 

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from mnemoscope.cli.main import add_threads_arg
+    from mnemoscope.cli.options import add_threads_arg
 
     p = sub.add_parser(
         "scar",

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from mnemoscope.cli.endpoint_args import add_endpoint_args
-from mnemoscope.cli.main import add_chat_arg, add_model_args, load_from_args
+from mnemoscope.cli.options import add_chat_arg, add_model_args, load_from_args
 
 SHIPPED = "shipped:context-reliance"
 

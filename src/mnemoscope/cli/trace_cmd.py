@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from mnemoscope.cli.main import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
+from mnemoscope.cli.options import add_chat_arg, add_engine_args, add_model_args, chat_for, load_from_args
+from mnemoscope.cli.render import render_trace_summary
 
 
 def register(sub: Any) -> None:
@@ -146,7 +147,7 @@ def _run_batch(args: argparse.Namespace) -> int:
 def _ray_pairs(args: argparse.Namespace, records: Any, errors: Any) -> Any:
     import functools
 
-    from mnemoscope.cli.main import ray_options_from_args
+    from mnemoscope.cli.options import ray_options_from_args
     from mnemoscope.pipelines.ray_engine import ray_run_pairs
 
     return ray_run_pairs(
@@ -202,46 +203,5 @@ def _run_one(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload))
         return 0
-    _print_summary(payload, pt)
+    print(render_trace_summary(payload, pt))
     return 0
-
-
-def _print_summary(d: dict[str, Any], pt: Any) -> None:
-    info = d["model_info"]
-    print(
-        f"model    {info['name']} ({info['architecture']}, {info['n_layers']} layers, d={info['hidden_size']}, "
-        f"{info['device']} {info['dtype']})"
-    )
-    print(
-        f"prompts  with context {pt.n_prompt_tokens_with} tokens, without {pt.n_prompt_tokens_without} tokens "
-        f"(template {d['template']['template']}, task {d['template']['task']})"
-    )
-    print(f"answer   with context:    {d['answer_with_context']!r}")
-    if d["answer_without_context"] is not None:
-        print(f"         without context: {d['answer_without_context']!r}")
-    if pt.identical_prompts:
-        print(
-            "note     the context is empty: both paths are the same prompt, so every KL is 0 by construction"
-        )
-    kl = pt.kl_steps
-    print(
-        f"KL(p_with || p_without), nats, over {pt.n_steps} aligned steps"
-        f"{' (stopped at EOS)' if pt.stopped_at_eos else ''}: "
-        f"sum {kl.sum():.3f}  mean {kl.mean():.3f}  max {kl.max():.3f}"
-    )
-    print("  step  token                 KL    rev-KL  H_with  H_without")
-    for t, (tok, a, b, hw, ho) in enumerate(
-        zip(d["answer_tokens"], kl, pt.kl_rev_steps, pt.entropy_with, pt.entropy_without, strict=True),
-        start=1,
-    ):
-        print(f"  {t:>4}  {tok!r:<18} {a:7.3f}  {b:7.3f}  {hw:6.3f}  {ho:6.3f}")
-    disp = d["displacement_norm_per_layer"]
-    if disp is not None:
-        print(
-            "||h_with - h_without|| at the last prompt token, by layer (0 = embeddings, "
-            f"{len(disp) - 1} = after the final norm):"
-        )
-        for start in range(0, len(disp), 8):
-            print(
-                "  " + "  ".join(f"L{start + i:<2} {v:8.2f}" for i, v in enumerate(disp[start : start + 8]))
-            )
