@@ -65,6 +65,7 @@ __all__ = [
     "parse_logprobs",
     "top_k_entries",
     "trace_endpoint_pair",
+    "trace_endpoint_prompts",
 ]
 
 # What a black-box endpoint cannot give: reported, never filled in.
@@ -321,11 +322,55 @@ def trace_endpoint_pair(
         EndpointError, EndpointCapabilityError, TokenAlignmentError: naming the endpoint.
         InputError: the prompts cannot be built.
     """
+    b = config.builder
+    p_with, p_without = b.pair(context, query, config.template if b.chat else None)
+    return trace_endpoint_prompts(
+        client,
+        rid,
+        p_with,
+        p_without,
+        config,
+        answer=answer,
+        max_new_tokens=max_new_tokens,
+        label=label,
+        context=context,
+        query=query,
+        template=b.to_dict(),
+    )
+
+
+def trace_endpoint_prompts(
+    client: EndpointClient,
+    rid: str,
+    prompt_with: str,
+    prompt_without: str,
+    config: EndpointPairConfig,
+    *,
+    answer: str | None = None,
+    max_new_tokens: int | None = None,
+    label: int | None = None,
+    context: str = "",
+    query: str = "",
+    template: dict[str, Any] | None = None,
+) -> tuple[PairTrace, list[str]]:
+    """Trace two PRE-RENDERED prompts (an application's own messages, rendered with its chat
+    template, with and without the retrieved context): the same checks and trace as
+    :func:`trace_endpoint_pair`, which builds the two prompts from (context, query) and calls this.
+
+    ``config.builder`` is not used to build anything here; ``template`` is recorded in the trace
+    (default: ``{"prerendered": True}``); ``context``/``query`` are recorded as given.
+    The prompts are sent as they are: they must already carry the chat template's own
+    special tokens (llama-cpp-python shifts echoed log-probs when a prompt does not begin with
+    the model's BOS token; that is detected and refused).
+    """
     ep = client.endpoint
     T = max_new_tokens or config.max_new_tokens
     k = config.top_k
-    b = config.builder
-    p_with, p_without = b.pair(context, query, config.template if b.chat else None)
+    p_with, p_without = prompt_with, prompt_without
+    if not p_with:
+        raise InputError("the with-context prompt is empty", record=rid, field="prompt_with")
+    if not p_without:
+        raise InputError("the no-context prompt is empty", record=rid, field="prompt_without")
     ids_with = client.tokenize(p_with)
     ids_without = client.tokenize(p_without)
     if not ids_with or not ids_without:
@@ -419,8 +464,10 @@ def trace_endpoint_pair(
                 raise TokenAlignmentError(
                     f"record {rid}: the {path} echo's log-probs at the first answer position do not match the "
                     f"server's own generation there (max diff {worst:.3f} nats): the echoed log-probs are "
-                    "shifted (llama-cpp-python shifts them when the prompt does not start with the BOS token; "
-                    "use a chat template that begins with it) -- refusing to compare misaligned positions",
+                    "shifted (llama-cpp-python shifts them when the prompt does not start with the model's BOS "
+                    "token) -- refusing to compare misaligned positions. Fix: render prompts with the "
+                    "model's chat template, `--chat-template default` for the embedded default model or "
+                    "`--chat-template MODEL.gguf` for another served model",
                     endpoint=ep,
                 )
         return sl
@@ -539,7 +586,7 @@ def trace_endpoint_pair(
         stopped_at_eos=bool(use_eos),
         identical_prompts=bool(identical),
         label=label,
-        template=b.to_dict(),
+        template=dict(template) if template is not None else {"prerendered": True},
         backend={
             "kind": "endpoint",
             "endpoint": ep,
