@@ -1,22 +1,25 @@
-"""The tamper-evident audit log: canonical content, a hash chain and Merkle checkpoints.
+"""The tamper-evident audit log: canonical content, a hash chain and signed Merkle checkpoints.
 
 Every stored audit is a *log entry* with a sequence number ``seq`` (1, 2, ...):
 
 * ``leaf_hash = SHA-256(0x00 || canonical(content))``: the RFC 9162 (Certificate
   Transparency 2.0) leaf hash of the record's canonical JSON (sorted keys, no spaces, UTF-8);
+  leaf ``seq`` is leaf index ``seq - 1`` of the log's Merkle tree;
 * ``entry_hash = SHA-256(0x02 || prev_entry_hash || leaf_hash || seq)``: the chain, with
   ``prev_entry_hash`` = 32 zero bytes for ``seq = 1``;
-* every ``checkpoint_every`` entries a *checkpoint* stores the RFC 9162 Merkle tree hash
-  (``MTH``, interior nodes ``SHA-256(0x01 || left || right)``) of all leaf hashes so far,
-  with the tree size and the head ``entry_hash``. A checkpoint can be published or signed
-  elsewhere; it commits to every earlier record.
+* every ``checkpoint_every`` entries (and on demand) a *checkpoint* stores the RFC 9162
+  tree hash of the first ``tree_size`` leaves, the head ``entry_hash``, the compact range
+  (:mod:`mnemoscope.server.merkle`) and, when the log has a key, a signed C2SP note
+  (:mod:`mnemoscope.server.signing`) that a third party can check with the public key alone.
 
-:func:`verify_log` walks the entries in ``seq`` order and reports the *first* problem:
-an altered record (its leaf hash no longer matches its content), a deleted one (a gap in
-``seq`` or a broken ``prev`` link), a reordered one (a broken link), a checkpoint that no
-longer matches the leaves, or a tail cut below the last checkpoint. Deleting the newest
-records *after* the last checkpoint cannot be detected from the database alone; publish
-:func:`~mnemoscope.server.storage.AuditStore.head` outside it to close that gap.
+:func:`verify_log` streams the entries once in ``seq`` order with O(log n) memory (a compact
+range, never the list of leaves) and reports the *first* problem: an altered record (its
+leaf hash no longer matches its content), a deleted one (a gap in ``seq`` or a broken
+``prev`` link), a reordered one (a broken link), a checkpoint that no longer matches the
+leaves or whose signature does not verify, or a tail cut below the last checkpoint. It can
+resume from a trusted checkpoint (``start``), checking only what came after it. Deleting the
+newest records *after* the last checkpoint cannot be detected from the database alone;
+publish the signed checkpoints (``/v1/log/head``) outside it to close that gap.
 
 Retention removes a record's *content* but keeps its hashes (``pruned``), so the chain and
 the checkpoints still verify after old payloads are dropped.
@@ -26,15 +29,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mnemoscope.server.merkle import CompactRange, mth
+from mnemoscope.server.signing import NoteError, Verifier, open_checkpoint
 
 __all__ = [
     "GENESIS",
     "Checkpoint",
     "LogEntry",
     "VerifyReport",
+    "VerifyStart",
     "canonical",
     "entry_hash",
     "leaf_hash",
@@ -75,20 +82,16 @@ def merkle_root(leaves: Sequence[bytes]) -> bytes:
         >>> merkle_root([a, b]) == hashlib.sha256(b"\\x01" + a + b).digest()
         True
     """
-    n = len(leaves)
-    if n == 0:
-        return hashlib.sha256(b"").digest()
-    if n == 1:
-        return leaves[0]
-    k = 1
-    while k * 2 < n:
-        k *= 2
-    return hashlib.sha256(b"\x01" + merkle_root(leaves[:k]) + merkle_root(leaves[k:])).digest()
+    return mth(leaves)
 
 
 @dataclass(frozen=True)
 class LogEntry:
-    """One row of the log as stored (``content`` is ``None`` once pruned by retention)."""
+    """One row of the log as stored (``content`` is ``None`` once pruned by retention).
+
+    ``raw`` is the stored canonical text when the store has it: hashing it directly is what a
+    streaming verify does (the same bytes ``canonical(content)`` gives for an untouched row).
+    """
 
     seq: int
     id: str
@@ -96,14 +99,28 @@ class LogEntry:
     leaf_hash: bytes
     prev_hash: bytes
     entry_hash: bytes
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """A stored checkpoint; ``note`` is the signed C2SP note (``None`` in logs from before signing)."""
+
     tree_size: int
     root: bytes
     head: bytes
     created_at: float
+    note: str | None = None
+    compact: bytes | None = None
+
+
+@dataclass(frozen=True)
+class VerifyStart:
+    """Where a resumed verify starts: after ``tree_size`` entries, with that checkpoint's state."""
+
+    tree_size: int
+    head: bytes
+    range: CompactRange
 
 
 @dataclass(frozen=True)
@@ -118,13 +135,21 @@ class VerifyReport:
     seq: int | None = None
     record_id: str | None = None
     head: str | None = None
+    n_signed: int = 0
+    since: int = 0
+    last_checkpoint: int | None = None
+    signed_by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "n_entries": self.n_entries,
             "n_checkpoints": self.n_checkpoints,
+            "n_signed_checkpoints": self.n_signed,
             "n_pruned": self.n_pruned,
+            "since": self.since,
+            "last_checkpoint": self.last_checkpoint,
+            "signed_by": list(self.signed_by),
             "problem": self.problem,
             "seq": self.seq,
             "id": self.record_id,
@@ -132,19 +157,68 @@ class VerifyReport:
         }
 
 
-def verify_log(entries: Iterable[LogEntry], checkpoints: Sequence[Checkpoint]) -> VerifyReport:
-    """Check the chain and the checkpoints; stop at the first problem (module doc)."""
-    cps = sorted(checkpoints, key=lambda c: c.tree_size)
-    cp_at = {c.tree_size: c for c in cps}
-    leaves: list[bytes] = []
-    prev = GENESIS
-    expect = 1
-    n_pruned = 0
+def _check_note(cp: Checkpoint, trusted: Sequence[Verifier] | None, origin: str | None) -> str | None:
+    """The signer's name; raises NoteError when the note is malformed, forged or says something else."""
+    assert cp.note is not None
+    opened = open_checkpoint(cp.note, trusted)
+    if opened.tree_size != cp.tree_size or opened.root != cp.root:
+        raise NoteError(f"its signed note is for tree size {opened.tree_size} with another root")
+    if opened.head is not None and opened.head != cp.head:
+        raise NoteError("its signed note names another chain head")
+    if origin is not None and opened.origin != origin:
+        raise NoteError(f"its signed note is for log {opened.origin!r}, not {origin!r}")
+    return opened.key_name
+
+
+def verify_log(
+    entries: Iterable[LogEntry],
+    checkpoints: Iterable[Checkpoint],
+    *,
+    trusted: Sequence[Verifier] | None = None,
+    origin: str | None = None,
+    start: VerifyStart | None = None,
+    require_signed: bool = False,
+) -> VerifyReport:
+    """Check the chain and the checkpoints in one pass; stop at the first problem (module doc).
+
+    ``entries`` must come in ``seq`` order (the store streams them) and ``checkpoints`` in
+    ``tree_size`` order (a list is sorted here). ``trusted`` keys check every signed note
+    (``None``: notes are parsed and matched to the row but their signatures are not checked).
+    ``start`` resumes after a checkpoint the caller already trusts.
+    """
+    if isinstance(checkpoints, Sequence):
+        checkpoints = sorted(checkpoints, key=lambda c: c.tree_size)
+    cps: Iterator[Checkpoint] = iter(checkpoints)
+    since = 0 if start is None else start.tree_size
+    cr = CompactRange() if start is None else start.range.copy()
+    prev = GENESIS if start is None else start.head
+    expect = since + 1
+    n = n_pruned = n_cps = n_signed = 0
+    last_cp: int | None = since or None
+    signers: set[str] = set()
+    pending = next(cps, None)
+    while pending is not None and pending.tree_size <= since:
+        pending = next(cps, None)
 
     def fail(problem: str, seq: int | None, rid: str | None) -> VerifyReport:
-        return VerifyReport(False, len(leaves), len(cps), n_pruned, problem, seq, rid, prev.hex())
+        return VerifyReport(
+            False,
+            n,
+            n_cps,
+            n_pruned,
+            problem,
+            seq,
+            rid,
+            prev.hex(),
+            n_signed,
+            since,
+            last_cp,
+            tuple(sorted(signers)),
+        )
 
     for e in entries:
+        if e.seq <= since:
+            continue
         if e.seq != expect:
             if e.seq > expect:
                 return fail(
@@ -154,14 +228,16 @@ def verify_log(entries: Iterable[LogEntry], checkpoints: Sequence[Checkpoint]) -
                     e.id,
                 )
             return fail(f"seq {e.seq} appears out of order (expected {expect})", e.seq, e.id)
-        if e.content is None:
+        if e.content is None and e.raw is None:
             n_pruned += 1
-        elif leaf_hash(e.content) != e.leaf_hash:
-            return fail(
-                f"record seq {e.seq} (id {e.id}) was altered: its content no longer matches its hash",
-                e.seq,
-                e.id,
-            )
+        else:
+            data = e.raw if e.raw is not None else canonical(e.content)
+            if hashlib.sha256(b"\x00" + data).digest() != e.leaf_hash:
+                return fail(
+                    f"record seq {e.seq} (id {e.id}) was altered: its content no longer matches its hash",
+                    e.seq,
+                    e.id,
+                )
         if e.prev_hash != prev:
             return fail(
                 f"record seq {e.seq} (id {e.id}) does not link to seq {e.seq - 1}: a record was deleted, "
@@ -171,11 +247,17 @@ def verify_log(entries: Iterable[LogEntry], checkpoints: Sequence[Checkpoint]) -
             )
         if entry_hash(prev, e.leaf_hash, e.seq) != e.entry_hash:
             return fail(f"record seq {e.seq} (id {e.id}) has a forged entry hash", e.seq, e.id)
-        leaves.append(e.leaf_hash)
+        cr.append(e.leaf_hash)
+        n += 1
         prev = e.entry_hash
-        cp = cp_at.get(e.seq)
-        if cp is not None:
-            if merkle_root(leaves) != cp.root:
+        if pending is not None and pending.tree_size < e.seq:  # sizes repeat or go backwards
+            return fail(
+                f"checkpoint at tree size {pending.tree_size} is out of order", pending.tree_size, None
+            )
+        if pending is not None and pending.tree_size == e.seq:
+            cp = pending
+            n_cps += 1
+            if cr.root() != cp.root:
                 return fail(
                     f"checkpoint at tree size {cp.tree_size} does not match the records' Merkle root",
                     e.seq,
@@ -185,12 +267,37 @@ def verify_log(entries: Iterable[LogEntry], checkpoints: Sequence[Checkpoint]) -
                 return fail(
                     f"checkpoint at tree size {cp.tree_size} does not match the chain head", e.seq, e.id
                 )
+            if cp.note is not None:
+                try:
+                    who = _check_note(cp, trusted, origin)
+                except NoteError as err:
+                    return fail(f"checkpoint at tree size {cp.tree_size}: {err}", e.seq, e.id)
+                n_signed += 1
+                if who:
+                    signers.add(who)
+            elif require_signed:
+                return fail(f"checkpoint at tree size {cp.tree_size} is not signed", e.seq, e.id)
+            last_cp = cp.tree_size
+            pending = next(cps, None)
         expect += 1
-    if cps and cps[-1].tree_size > len(leaves):
+    if pending is not None:
         return fail(
-            f"the log ends at seq {len(leaves)} but a checkpoint covers {cps[-1].tree_size} records: "
+            f"the log ends at seq {expect - 1} but a checkpoint covers {pending.tree_size} records: "
             "the newest records were deleted",
-            len(leaves) + 1,
+            expect,
             None,
         )
-    return VerifyReport(True, len(leaves), len(cps), n_pruned, None, None, None, prev.hex())
+    return VerifyReport(
+        True,
+        n,
+        n_cps,
+        n_pruned,
+        None,
+        None,
+        None,
+        prev.hex(),
+        n_signed,
+        since,
+        last_cp,
+        tuple(sorted(signers)),
+    )
