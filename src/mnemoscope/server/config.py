@@ -55,6 +55,7 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_context_tokens: int = Field(2048, ge=1)
     max_query_tokens: int = Field(256, ge=1)
+    max_answer_tokens: int = Field(256, ge=1)
     max_batch_request: int = Field(32, ge=1, le=1024)
     max_new_tokens_limit: int = Field(64, ge=1, le=1024)
     request_timeout_s: float = Field(120.0, gt=0)
@@ -64,6 +65,9 @@ class ServerSettings(BaseModel):
     checkpoint_every: int = Field(64, ge=1)
     retention_days: float | None = Field(None, gt=0)
     store_inputs: bool = True
+    # responses: repeat CRM's fields (anomaly_flag & co.) and `generation` at the top level, as
+    # servers before the verdict-first layout did (docs/server.md, "Compatibility")
+    legacy_crm_fields: bool = False
     threads: int | None = Field(None, ge=1)
 
     @field_validator("api_key_hashes")

@@ -14,6 +14,7 @@ __all__ = [
     "BatchOut",
     "ErrorOut",
     "HistoryOut",
+    "ProfileOut",
     "RePCSOut",
     "StatsOut",
     "ValidationErrorOut",
@@ -26,7 +27,9 @@ class AuditOptions(BaseModel):
     max_new_tokens: int | None = Field(
         None, ge=1, le=1024, description="answer length T (default: the profile's; capped by the server)"
     )
-    return_generation: bool = Field(True, description="include the with-context answer in the response")
+    return_generation: bool = Field(
+        True, description="include the answer and its tokens in the response (and the stored record)"
+    )
 
 
 class AuditIn(BaseModel):
@@ -34,6 +37,13 @@ class AuditIn(BaseModel):
 
     context: str = Field(..., max_length=200_000, description="the retrieved context (may be empty)")
     query: str = Field(..., min_length=1, max_length=20_000, description="the user's query")
+    answer: str | None = Field(
+        None,
+        min_length=1,
+        max_length=50_000,
+        description="an answer to score instead of generating one (e.g. what your RAG chain's LLM said); "
+        "it is teacher-forced with and without the context (capped by the server's max_answer_tokens)",
+    )
     options: AuditOptions | None = None
 
 
@@ -105,14 +115,25 @@ class SpanOut(BaseModel):
     pmi: float | None = None
 
 
+_LEGACY = "compatibility (only with the server setting legacy_crm_fields=true): "
+
+
 class AuditOut(BaseModel):
+    """One audit. The verdict is ``source`` / ``memory_flag`` / ``p_memory`` (with ``evidence`` and
+    ``guarantee``); CRM's secondary rule and classifier sit under ``crm``."""
+
     id: str
     created_at: float
     source: str = Field(
         ..., description="where the answer came from: context | memory | mixed | undetermined"
     )
+    memory_flag: bool = Field(
+        ...,
+        description="the rule's memory flag: the decision the guarantee is about (count and filter on this)",
+    )
     p_memory: float | None = Field(..., description="probability the answer came from memory (equal priors)")
     answer: str | None = None
+    answer_given: bool = Field(False, description="true: the caller supplied the answer (it was scored)")
     summary: str = Field(..., description="the verdict in words")
     rule: str
     evidence: EvidenceOut
@@ -120,17 +141,11 @@ class AuditOut(BaseModel):
     tokens: list[TokenOut] = Field(default_factory=list)
     spans: list[SpanOut] = Field(default_factory=list)
     crm: dict[str, Any] | None = Field(
-        None, description="secondary: CRM's LTS anomaly rule and classifier (null when not measured)"
+        None,
+        description="secondary: CRM's LTS anomaly rule (anomaly_flag, anomaly_score, lts_trajectory, lts_z, "
+        "layers, flagged_layers) and classifier (crm_probability); null when not measured",
     )
-    anomaly_flag: bool = Field(..., description="compatibility: CRM's LTS anomaly rule (secondary, see crm)")
-    anomaly_score: float | None = None
-    lts_trajectory: list[float | None] = Field(default_factory=list)
-    lts_z: list[float | None] = Field(default_factory=list)
-    layers: list[int] = Field(default_factory=list)
-    flagged_layers: list[int] = Field(default_factory=list)
     repcs: RePCSOut
-    crm_probability: float | None = None
-    generation: str | None = None
     identical_prompts: bool = False
     latency_ms: float
     model: dict[str, Any]
@@ -143,6 +158,14 @@ class AuditOut(BaseModel):
     backend: str | None = Field(None, description="'endpoint' when the model is served (docs/endpoint.md)")
     endpoint_method: str | None = Field(None, description="the log-prob mechanism used over the endpoint")
     unavailable: list[str] | None = Field(None, description="signals not measured over the endpoint")
+    anomaly_flag: bool | None = Field(None, description=_LEGACY + "crm.anomaly_flag")
+    anomaly_score: float | None = Field(None, description=_LEGACY + "crm.anomaly_score")
+    lts_trajectory: list[float | None] | None = Field(None, description=_LEGACY + "crm.lts_trajectory")
+    lts_z: list[float | None] | None = Field(None, description=_LEGACY + "crm.lts_z")
+    layers: list[int] | None = Field(None, description=_LEGACY + "crm.layers")
+    flagged_layers: list[int] | None = Field(None, description=_LEGACY + "crm.flagged_layers")
+    crm_probability: float | None = Field(None, description=_LEGACY + "crm.crm_probability")
+    generation: str | None = Field(None, description=_LEGACY + "answer")
 
 
 class ErrorOut(BaseModel):
@@ -177,8 +200,8 @@ class BatchOut(BaseModel):
 
 
 class HistoryOut(BaseModel):
-    items: list[dict[str, Any]]
-    total: int
+    items: list[dict[str, Any]] = Field(..., description="audits, newest first (a pruned one is a stub)")
+    total: int = Field(..., description="audits matching the filters")
     limit: int
     offset: int
 
@@ -187,10 +210,21 @@ class StatsOut(BaseModel):
     model: dict[str, Any]
     profile: dict[str, Any]
     n_audits: int
-    n_anomalies: int
-    anomaly_rate: float | None
-    n_memorized: int
+    by_source: dict[str, int] | None = Field(
+        ..., description="stored audits by where the answer came from (context, memory, mixed, undetermined)"
+    )
+    n_memory_flag: int | None = Field(..., description="stored audits the rule flagged as memory")
+    memory_flag_rate: float | None
     latency_ms: dict[str, float | None]
     queue: dict[str, Any]
     log_head: dict[str, Any]
     uptime_s: float
+
+
+class ProfileOut(BaseModel):
+    """The profile behind the verdicts (``card``: see ``mnemoscope profile show``)."""
+
+    rule: str = Field(..., description="the rule the server decides with")
+    path: str
+    hash: str
+    card: dict[str, Any]
