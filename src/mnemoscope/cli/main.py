@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench_cmd,
         crm_cmd,
         models_cmd,
+        profile_cmd,
         proxy_cmd,
         radar_cmd,
         repcs_cmd,
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         proxy_cmd,
         bench_cmd,
         models_cmd,
+        profile_cmd,
         validate_cmd,
     ):
         module.register(sub)
