@@ -55,7 +55,8 @@ def main() -> None:
 
     from mnemoscope.data.records import Record
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile
+    from mnemoscope.pipelines.calibrate import calibrate_profile
+    from mnemoscope.pipelines.profile import CalibrationConfig
 
     items = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
     calib_ids, test_ids = split_by_fact(items, args.seed, args.test_fraction)

@@ -270,7 +270,7 @@ def test_endpoint_profile_has_black_box_verdict(endpoint_profile):
     h = endpoint_profile.header
     assert h["backend"] == "endpoint" and h["repcs"]["params"]["estimator"] == "topk"
     assert h["model"]["fingerprint"].startswith("endpoint:")
-    v = endpoint_profile.audit.verdict
+    v = endpoint_profile.verdict
     assert v is not None and set(v.selected_) <= {"repcs_z", "closed_book_logprob", "context_token_fraction"}
     # an in-process loader refuses it, naming the fix
     from mnemoscope.pipelines.profile import ProfileError, load_profile
@@ -306,11 +306,14 @@ def test_cli_audit_over_endpoint(llama_server, endpoint_profile, capsys):
 
 
 def test_profile_refuses_another_model(client, endpoint_profile):
-    from mnemoscope.pipelines.endpoint import EndpointAuditor, EndpointProfile
-    from mnemoscope.pipelines.profile import ProfileError
+    import dataclasses
 
-    other = EndpointFingerprint("other", {p: {"zz": -0.01} for p in endpoint_profile.fingerprint.probes})
-    fake = EndpointProfile(endpoint_profile.audit, endpoint_profile.pair_config, other)
+    from mnemoscope.pipelines.endpoint import EndpointAuditor
+    from mnemoscope.pipelines.profile import EndpointSettings, ProfileError
+
+    settings = endpoint_profile.endpoint
+    other = EndpointFingerprint("other", {p: {"zz": -0.01} for p in settings.fingerprint.probes})
+    fake = dataclasses.replace(endpoint_profile, endpoint=EndpointSettings(settings.pair_config, other))
     with pytest.raises(ProfileError, match="differs"):
         EndpointAuditor(client, fake)
 

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 
 from mnemoscope.data.records import read_records
 from mnemoscope.pipelines.audit import Auditor, AuditRequest, AuditResult
-from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile, load_profile
+from mnemoscope.pipelines.calibrate import calibrate_profile
+from mnemoscope.pipelines.profile import CalibrationConfig, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
 from mnemoscope.server.storage import open_store

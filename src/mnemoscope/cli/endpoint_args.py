@@ -206,14 +206,14 @@ def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: lis
         )
     h = prof.header
     _report_failures(h["data"]["failures"], "calibrate")
-    v = prof.audit.verdict
-    tau = prof.audit.repcs_tau
+    v = prof.verdict
+    tau = prof.repcs_tau
     print(
         f"wrote {args.out}: endpoint profile for {h['model']['name']} at {h['endpoint']['base_url']} "
         f"(fingerprint {h['model']['fingerprint'][:21]}), method {h['endpoint_method']}; RePCS tau "
         f"{tau:.3f} (top-k, k={h['top_k']}, n={h['repcs']['n']}); verdict signals "
         f"{[] if v is None else v.selected_}; {h['data']['n_traced']} records traced "
-        f"({h['data']['n_errors']} failed) in {h['data']['seconds']:.0f} s; profile hash {prof.audit.content_hash[:16]}"
+        f"({h['data']['n_errors']} failed) in {h['data']['seconds']:.0f} s; profile hash {prof.content_hash[:16]}"
     )
     return 0
 

@@ -121,7 +121,8 @@ def _sample(records: list[Any], n: int | None, seed: int) -> list[Any]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from mnemoscope.data.records import read_records
-    from mnemoscope.pipelines.profile import CalibrationConfig, calibrate_profile
+    from mnemoscope.pipelines.calibrate import calibrate_profile
+    from mnemoscope.pipelines.profile import CalibrationConfig
 
     path = args.input
     if path == SHIPPED:

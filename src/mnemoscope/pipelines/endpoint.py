@@ -1,21 +1,22 @@
-"""Auditing a model behind an OpenAI-compatible server: profiles, the endpoint auditor, RePCS files.
+"""Auditing a model behind an OpenAI-compatible server: calibration, tracing many records, RePCS files.
 
-The verdict is still decided by :class:`mnemoscope.pipelines.audit.Auditor` (``score``,
-``trace_signals``, ``decide_source``); this module only supplies the traces
-(:func:`mnemoscope.trace.endpoint.trace_endpoint_pair`) and a profile whose signals are all
-measurable over an endpoint:
+The audit itself is :class:`mnemoscope.pipelines.audit.Auditor` with an
+:class:`~mnemoscope.pipelines.backends.EndpointBackend` (``Auditor.from_endpoint``): the same
+checks, scoring, verdict and hooks as in process. This module supplies what is endpoint-only:
 
-* **Endpoint profile** (``mnemoscope calibrate --endpoint URL``): ``profile.json`` with
-  ``"backend": "endpoint"``: the served model's identity (reported id + probe fingerprint,
-  :class:`~mnemoscope.models.endpoint.EndpointFingerprint`), the prompt settings and the chat
+* **calibration** (``mnemoscope calibrate --endpoint URL``): an
+  :class:`~mnemoscope.pipelines.profile.AuditProfile` with ``backend="endpoint"`` (``profile.json``:
+  the served model's identity (reported id + probe fingerprint), the prompt settings and the chat
   template used, T and k, RePCS's tau on the top-k estimate of Z, the token margin, and a
-  verdict model over black-box signals only (``repcs_z`` from top-k, ``closed_book_logprob``,
-  ``context_token_fraction``). No CRM: hidden states are not available over HTTP.
-* **EndpointAuditor**: the same ``audit`` / ``audit_one`` / ``identity`` surface as
-  :class:`Auditor` (so ``run_audit_file`` and the server use it unchanged); each result adds
-  ``backend: "endpoint"``, ``endpoint_method`` and ``unavailable`` (what was not measured).
-  Records are traced concurrently (``concurrency``); a failing record becomes an
-  :class:`AuditFailure` naming the endpoint and the others go on.
+  verdict model over the black-box signals only: ``repcs_z`` from top-k,
+  ``closed_book_logprob``, ``context_token_fraction``; no CRM: hidden states are not available
+  over HTTP). The verdict model is fitted by the same
+  :func:`~mnemoscope.pipelines.calibrate.fit_verdict` as in process.
+* :func:`trace_records`: many records through the server, concurrently, stopping early when
+  the first records all fail for the same cause;
+* :func:`score_file_endpoint`: ``repcs score`` over an endpoint (the same runner and lines as in
+  process, plus ``backend`` and ``endpoint_method``);
+* :func:`closed_book_comparison`: the weaker test a chat-only API allows.
 """
 
 from __future__ import annotations
@@ -24,33 +25,34 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mnemoscope.detectors.crm_artifact import FittedCRM
 from mnemoscope.detectors.repcs import RePCS
-from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
+from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
     EndpointFingerprint,
-    TokenAlignmentError,
-    compare_fingerprints,
     map_concurrently,
 )
-from mnemoscope.pipelines.audit import (
-    RULES,
-    AuditFailure,
-    Auditor,
-    AuditRequest,
-    AuditResult,
-    Rule,
-    check_request,
+from mnemoscope.pipelines.audit import Auditor, AuditResult, Rule
+from mnemoscope.pipelines.backends import EndpointBackend, check_endpoint_identity
+from mnemoscope.pipelines.calibrate import data_hash, fit_verdict
+from mnemoscope.pipelines.profile import (
+    BLACK_BOX_SIGNALS,
+    ENDPOINT_PROFILE_FORMAT,
+    AuditProfile,
+    CalibrationConfig,
+    ProfileError,
+    load_profile,
+    profile_hash,
 )
-from mnemoscope.pipelines.profile import AnomalyRule, AuditProfile, ProfileError
+from mnemoscope.pipelines.repcs import score_line, score_records
+from mnemoscope.pipelines.results import EarlyStop
 from mnemoscope.trace.endpoint import (
     UNMEASURED,
     ChatTemplate,
@@ -63,11 +65,11 @@ from mnemoscope.trace.types import PairTrace
 __all__ = [
     "BLACK_BOX_SIGNALS",
     "ENDPOINT_PROFILE_FORMAT",
-    "EndpointAuditResult",
     "EndpointAuditor",
     "EndpointCalibrationConfig",
-    "EndpointProfile",
     "calibrate_endpoint_profile",
+    "check_endpoint_identity",
+    "closed_book_comparison",
     "endpoint_model_info",
     "load_endpoint_profile",
     "score_file_endpoint",
@@ -75,8 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-ENDPOINT_PROFILE_FORMAT = "mnemoscope-endpoint-profile/1"
-BLACK_BOX_SIGNALS: tuple[str, ...] = ("repcs_z", "closed_book_logprob", "context_token_fraction")
 
 
 def endpoint_model_info(client: EndpointClient, fp: EndpointFingerprint) -> dict[str, Any]:
@@ -92,20 +92,9 @@ def endpoint_model_info(client: EndpointClient, fp: EndpointFingerprint) -> dict
     }
 
 
-def _empty_crm(model: dict[str, Any]) -> FittedCRM:
-    """CRM without layers: what an endpoint profile holds (no hidden states over HTTP)."""
-    return FittedCRM(
-        layers=np.zeros(0, dtype=np.int64),
-        directions=np.zeros((0, 0), dtype=np.float32),
-        lts_mean=np.zeros(0),
-        lts_std=np.zeros(0),
-        surface_names=(),
-        scaler_mean=None,
-        scaler_scale=None,
-        classifier="none",
-        model=model,
-        settings={"note": "endpoint profile: hidden states are not available, no CRM"},
-    )
+def load_endpoint_profile(path: str | Path) -> AuditProfile:
+    """:func:`~mnemoscope.pipelines.profile.load_profile` refusing an in-process profile."""
+    return load_profile(path, backend="endpoint")
 
 
 # -- profiles --------------------------------------------------------------------------------------
@@ -138,102 +127,6 @@ class EndpointCalibrationConfig:
             )
 
 
-@dataclass
-class EndpointProfile:
-    """A loaded, verified endpoint profile: the :class:`AuditProfile` the auditor scores with
-    (no CRM) plus what it takes to trace the same way again."""
-
-    audit: AuditProfile
-    pair_config: EndpointPairConfig
-    fingerprint: EndpointFingerprint
-
-    @property
-    def header(self) -> dict[str, Any]:
-        return self.audit.header
-
-    @property
-    def path(self) -> Path:
-        return self.audit.path
-
-
-def _hash_header(header: dict[str, Any]) -> str:
-    import hashlib
-
-    from mnemoscope.io import canonical_json
-
-    return hashlib.sha256(
-        canonical_json({k: v for k, v in header.items() if k != "profile_hash"})
-    ).hexdigest()
-
-
-def load_endpoint_profile(path: str | Path) -> EndpointProfile:
-    """Read and verify an endpoint profile folder (hash over ``profile.json``).
-
-    Raises:
-        ProfileError: missing, not an endpoint profile, or altered.
-    """
-    from mnemoscope.detectors.verdict import VerdictModel
-
-    path = Path(path)
-    hp = path / "profile.json" if path.is_dir() else path
-    if not hp.is_file():
-        raise ProfileError(
-            f"no endpoint profile at {path}; run `mnemoscope calibrate --endpoint URL --out DIR`"
-        )
-    try:
-        header = json.loads(hp.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{hp} is not valid JSON ({e.msg})") from e
-    if header.get("format") != ENDPOINT_PROFILE_FORMAT:
-        raise ProfileError(
-            f"{hp} is not an endpoint profile (format {header.get('format')!r}): profiles calibrated "
-            "in-process need hidden states and the in-process model's weights; calibrate one against the "
-            "server with `mnemoscope calibrate --endpoint URL --out DIR`"
-        )
-    got = _hash_header(header)
-    if got != header.get("profile_hash"):
-        raise ProfileError(f"{hp}: profile hash mismatch (profile.json altered after calibration)")
-    p = header["prompt"]
-    builder = PromptBuilder(
-        template=p["template"], task=p["task"], chat=bool(p["chat"]), system_prompt=p.get("system_prompt")
-    )
-    tpl = ChatTemplate.from_dict(header["chat_template"])
-    audit = AuditProfile(
-        path=hp.parent,
-        header=header,
-        crm=_empty_crm(header["model"]),
-        anomaly=AnomalyRule(),
-        repcs_tau=float(header["repcs"]["tau"]),
-        repcs_params=dict(header["repcs"]["params"]),
-        content_hash=got,
-        model=header["model"],
-        verdict=None if header.get("verdict") is None else VerdictModel.from_dict(header["verdict"]),
-        token_margin=float(header["token_attribution"]["margin"]),
-    )
-    cfg = EndpointPairConfig(
-        builder=builder,
-        template=tpl,
-        max_new_tokens=int(header["max_new_tokens"]),
-        top_k=int(header["top_k"]),
-    )
-    return EndpointProfile(audit, cfg, EndpointFingerprint.from_dict(header["model"]["endpoint_fingerprint"]))
-
-
-def check_endpoint_identity(
-    client: EndpointClient, fp: EndpointFingerprint, what: str
-) -> EndpointFingerprint:
-    """Fingerprint the server and refuse when it is not the model ``fp`` was taken from."""
-    now = client.fingerprint()
-    why = compare_fingerprints(fp, now)
-    if why is not None:
-        raise ProfileError(
-            f"{what} was calibrated against {fp.model_id} (fingerprint {fp.digest[:12]}), but the model served "
-            f"at {client.endpoint} ({now.model_id}, fingerprint {now.digest[:12]}) differs: {why}; calibrate "
-            "against this server with `mnemoscope calibrate --endpoint`"
-        )
-    return now
-
-
 # -- tracing many records --------------------------------------------------------------------------
 
 
@@ -253,11 +146,14 @@ def trace_records(
     *,
     progress: bool = False,
     on_error: str = "skip",
+    early_stop: int = 8,
 ) -> TracedRecords:
     """Trace ``records`` (objects with id/context/query/label) through the server, concurrently.
 
     A record that fails is listed in ``failures`` (id, line, message) and the batch goes on;
-    ``on_error="raise"`` re-raises the first failure.
+    ``on_error="raise"`` re-raises the first failure. The first ``early_stop`` records are traced
+    first: when they all fail for the same cause, :class:`~mnemoscope.pipelines.results.EarlyStopError`
+    names it and the likely fix instead of running to the end (``0`` disables it).
     """
     from tqdm.auto import tqdm
 
@@ -266,6 +162,7 @@ def trace_records(
     out = TracedRecords()
     t0 = time.perf_counter()
     bar = tqdm(total=len(records), disable=not progress, desc="endpoint trace", unit="pair")
+    stop = EarlyStop(early_stop, what="endpoint tracing")
 
     def one(r: Any) -> tuple[PairTrace, list[str]]:
         try:
@@ -273,22 +170,30 @@ def trace_records(
         finally:
             bar.update(1)
 
-    results = map_concurrently(one, list(records), client.config.concurrency)
-    bar.close()
-    for r, res in zip(records, results, strict=True):
-        if isinstance(res, BaseException):
-            if on_error == "raise":
-                raise res
-            if not isinstance(res, MnemoscopeError):
-                log.debug("endpoint trace of %s failed", r.id, exc_info=res)
-            out.failures.append(
-                {"id": r.id, "line": getattr(r, "line", None), "message": f"{type(res).__name__}: {res}"}
-            )
-            continue
-        t, pc = res
-        out.traces.append(t)
-        out.pieces.append(pc)
-        out.records.append(r)
+    todo = list(records)
+    first = max(early_stop, 0)
+    try:
+        for part in (todo[:first], todo[first:]) if first else (todo,):
+            results = map_concurrently(one, part, client.config.concurrency)
+            for r, res in zip(part, results, strict=True):
+                if isinstance(res, BaseException):
+                    if on_error == "raise":
+                        raise res
+                    if not isinstance(res, MnemoscopeError):
+                        log.debug("endpoint trace of %s failed", r.id, exc_info=res)
+                    kind = type(res).__name__
+                    out.failures.append(
+                        {"id": r.id, "line": getattr(r, "line", None), "message": f"{kind}: {res}"}
+                    )
+                    stop.failed(str(res), kind=kind)
+                    continue
+                stop.ok()
+                t, pc = res
+                out.traces.append(t)
+                out.pieces.append(pc)
+                out.records.append(r)
+    finally:
+        bar.close()
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -301,16 +206,16 @@ def calibrate_endpoint_profile(
     *,
     progress: bool = True,
     input_errors: Sequence[Any] = (),
-) -> EndpointProfile:
+) -> AuditProfile:
     """Trace ``records`` through the server and fit RePCS's tau (top-k Z), the token margin and the
     black-box verdict model; write ``out/profile.json``.
 
     Raises:
         InputError: too few traced records or no clean one.
+        EarlyStopError: the first records all failed for the same cause (named, with the likely fix).
         EndpointCapabilityError: the server cannot teacher-force (no prompt log-probs, no tokenizer).
     """
     from mnemoscope.io import atomic_write
-    from mnemoscope.pipelines.profile import data_hash, fit_verdict
     from mnemoscope.trace.endpoint import load_chat_template
 
     c = config or EndpointCalibrationConfig()
@@ -336,8 +241,6 @@ def calibrate_endpoint_profile(
         )
     repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens, estimator="topk", k=c.top_k)
     repcs.fit(pairs, labels)
-    from mnemoscope.pipelines.profile import CalibrationConfig
-
     vc = CalibrationConfig(
         verdict_alpha=c.verdict_alpha,
         verdict_candidates=c.verdict_candidates,
@@ -380,7 +283,7 @@ def calibrate_endpoint_profile(
             "seconds": round(traced.seconds, 1),
         },
     }
-    header["profile_hash"] = _hash_header(header)
+    header["profile_hash"] = profile_hash(header)
     atomic_write(outp / "profile.json", json.dumps(header, indent=1, default=str))
     return load_endpoint_profile(outp)
 
@@ -388,45 +291,14 @@ def calibrate_endpoint_profile(
 # -- the auditor -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class EndpointAuditResult(AuditResult):
-    """An :class:`AuditResult` measured over an endpoint: the same fields, plus ``backend``,
-    ``endpoint_method`` and ``unavailable`` (signals not measured, never filled in)."""
-
-    backend: str = "endpoint"
-    endpoint_method: str = ""
-    endpoint: str = ""
-    unavailable: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d.update(
-            backend=self.backend,
-            endpoint_method=self.endpoint_method,
-            endpoint=self.endpoint,
-            unavailable=list(self.unavailable),
-        )
-        return d
-
-
-def _failure_of(e: BaseException) -> AuditFailure:
-    if isinstance(e, InputTooLongError):
-        return AuditFailure(413, e.reason, e.field)
-    if isinstance(e, TokenAlignmentError):
-        return AuditFailure(422, str(e))
-    if isinstance(e, EndpointError):
-        return AuditFailure(502, str(e))
-    if isinstance(e, InputError):
-        return AuditFailure(422, e.reason, e.field)
-    return AuditFailure(500, f"{type(e).__name__}: {e}")
-
-
 class EndpointAuditor(Auditor):
-    """:class:`Auditor` over a served model (module doc). Scores with :meth:`Auditor.score`.
+    """``Auditor.from_endpoint`` with the historical constructor: an :class:`Auditor` whose backend is
+    an :class:`~mnemoscope.pipelines.backends.EndpointBackend` (same ``audit``, hooks and results;
+    each result adds ``backend``, ``endpoint_method``, ``endpoint`` and ``unavailable``).
 
     Args:
         client: the server's client.
-        profile: an endpoint profile (:func:`load_endpoint_profile`).
+        profile: an endpoint profile (a loaded one or its folder).
         rule: ``"combined"`` or ``"repcs"`` (``"crm-anomaly"`` needs hidden states).
         check_identity: fingerprint the server and refuse another model than the profile's.
         max_context_chars, max_query_chars: input caps in characters (413 above; the server
@@ -436,7 +308,7 @@ class EndpointAuditor(Auditor):
     def __init__(
         self,
         client: EndpointClient,
-        profile: EndpointProfile,
+        profile: AuditProfile | str | Path,
         *,
         rule: Rule = "combined",
         batch_size: int = 8,
@@ -444,123 +316,73 @@ class EndpointAuditor(Auditor):
         max_context_chars: int = 32_000,
         max_query_chars: int = 4_000,
     ):
-        if rule not in RULES:
-            raise InputError(f"unknown rule {rule!r}; choose one of {list(RULES)}", field="rule")
-        if rule == "crm-anomaly":
-            raise InputError(
-                "the crm-anomaly rule needs hidden states, unavailable over an endpoint", field="rule"
-            )
-        if rule == "combined" and profile.audit.verdict is None:
-            raise InputError(
-                f"the endpoint profile {profile.path} has no verdict model (calibrated without both labels); "
-                "use rule='repcs'",
-                field="rule",
-            )
+        from mnemoscope.pipelines.verdict import get_rule
+
+        prof = profile if isinstance(profile, AuditProfile) else load_endpoint_profile(profile)
+        get_rule(rule).check(prof, hidden_states=False)  # before any request to the server
+        backend = EndpointBackend(
+            client,
+            prof,
+            check_identity=check_identity,
+            max_context_chars=max_context_chars,
+            max_query_chars=max_query_chars,
+            batch_size=batch_size,
+        )
+        super().__init__(backend, rule=rule)
         self.client = client
-        self.endpoint_profile = profile
-        self.caps = client.require_teacher_forcing()
-        client.require_top_k(profile.pair_config.top_k)
-        self.served = check_identity_or_none(client, profile, check_identity)
-        self.profile = profile.audit
-        self.rule = rule
-        self.batch_size = batch_size
-        self.max_context_chars = max_context_chars
-        self.max_query_chars = max_query_chars
-        self.max_context_tokens = max_context_chars
-        self.max_query_tokens = max_query_chars
-        self.max_answer_tokens = 256
-        self._repcs = RePCS.from_calibration(profile.header["repcs"])
-        self._crm_probability = False
+        self.caps = backend.caps
+        #: the endpoint settings (``pair_config``, ``fingerprint``) of the profile
+        self.endpoint_profile = backend.settings
 
-    @property
-    def model_info(self) -> dict[str, Any]:
-        return dict(self.profile.model)
-
-    @property
-    def identity(self) -> dict[str, Any]:
-        info = self.model_info
-        return {
-            "model": {k: info.get(k) for k in ("name", "spec", "fingerprint", "adapter")},
-            "profile_hash": self.profile.content_hash,
-            "settings": {
-                "rule": self.rule,
-                "max_new_tokens": self.profile.max_new_tokens,
-                "prompt": self.profile.header["prompt"],
-                "backend": "endpoint",
-                "endpoint_method": self.caps.method,
-                "top_k": self.endpoint_profile.pair_config.top_k,
-            },
-        }
-
-    def _check(self, i: int, req: AuditRequest) -> AuditFailure | None:
-        bad = check_request(req, self.profile.max_new_tokens)
-        if bad is not None:
-            return bad
-        for text, name, cap in (
-            (req.context, "context", self.max_context_chars),
-            (req.query, "query", self.max_query_chars),
-        ):
-            if len(text) > cap:
-                return AuditFailure(413, f"{name} has {len(text)} characters; the limit is {cap}", name)
-        return None
-
-    def trace_one(self, i: int, req: AuditRequest) -> tuple[PairTrace, list[str]]:
-        return trace_endpoint_pair(
-            self.client,
-            req.id if req.id is not None else str(i),
-            req.context,
-            req.query,
-            self.endpoint_profile.pair_config,
-            answer=req.answer,
-            max_new_tokens=req.max_new_tokens,
-        )
-
-    def score_endpoint(self, t: PairTrace, pieces: Sequence[str]) -> EndpointAuditResult:
-        """:meth:`Auditor.score` on an endpoint trace, with the endpoint's fields added."""
-        res = self.score(t, pieces)
-        notes = [*res.notes, *[str(n) for n in t.backend.get("notes", [])]]  # type: ignore[attr-defined]
-        notes.append("over an endpoint: hidden-state signals (CRM, SCAR, RADAR) are not measured")
-        base = {f.name: getattr(res, f.name) for f in fields(AuditResult)}
-        base["notes"] = notes
-        return EndpointAuditResult(
-            **base,
-            endpoint_method=self.caps.method,
-            endpoint=self.client.endpoint,
-            unavailable=list(UNMEASURED),
-        )
-
-    def audit(self, requests: Sequence[AuditRequest]) -> list[AuditResult | AuditFailure]:  # type: ignore[override]
-        """Audit a batch concurrently; a failing record gets its own :class:`AuditFailure`."""
-        out: list[AuditResult | AuditFailure | None] = [None] * len(requests)
-        todo: list[tuple[int, AuditRequest]] = []
-        for i, req in enumerate(requests):
-            bad = self._check(i, req)
-            if bad is not None:
-                out[i] = bad
-            else:
-                todo.append((i, req))
-        results = map_concurrently(lambda ir: self.trace_one(*ir), todo, self.client.config.concurrency)
-        for (i, _), res in zip(todo, results, strict=True):
-            if isinstance(res, BaseException):
-                out[i] = _failure_of(res)
-                continue
-            t, pieces = res
-            try:
-                out[i] = self.score_endpoint(t, pieces)
-            except MnemoscopeError as e:
-                out[i] = _failure_of(e)
-        return [o if o is not None else AuditFailure(500, "not audited") for o in out]
-
-
-def check_identity_or_none(
-    client: EndpointClient, profile: EndpointProfile, check: bool
-) -> EndpointFingerprint | None:
-    if not check:
-        return None
-    return check_endpoint_identity(client, profile.fingerprint, f"the endpoint profile {profile.path}")
+    def score_endpoint(self, t: PairTrace, pieces: Sequence[str]) -> AuditResult:
+        """:meth:`Auditor.score` of an endpoint trace (no hooks: prefer :meth:`Auditor.audit` with
+        ``AuditRequest(prompts=...)``, which emits the audit's span)."""
+        return self.score(t, pieces)
 
 
 # -- RePCS over an endpoint ------------------------------------------------------------------------
+
+
+def _score_calibration(
+    p: Path, chat_template: str | None
+) -> tuple[RePCS, EndpointPairConfig, EndpointFingerprint]:
+    """The detector, pair settings and fingerprint of an endpoint profile or a ``repcs calibrate
+    --endpoint`` JSON."""
+    from mnemoscope.trace.endpoint import load_chat_template
+
+    if p.is_dir() or p.name == "profile.json":
+        prof = load_endpoint_profile(p)
+        assert prof.endpoint is not None
+        return (
+            RePCS.from_calibration(prof.header["repcs"]),
+            prof.endpoint.pair_config,
+            prof.endpoint.fingerprint,
+        )
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"cannot read the calibration {p}: {e}") from e
+    model = rec.get("model") or {}
+    if model.get("spec") != "endpoint":
+        raise ProfileError(
+            f"{p} was calibrated in-process on {model.get('name')}, not against an endpoint (its tau is on "
+            "full-vocabulary KL); recalibrate with `mnemoscope repcs calibrate --endpoint`"
+        )
+    pc = rec.get("pair_config", {})
+    tpl = (
+        ChatTemplate.from_dict(rec["chat_template"])
+        if rec.get("chat_template")
+        else load_chat_template(chat_template)
+    )
+    pcfg = EndpointPairConfig(
+        builder=PromptBuilder(
+            template=pc.get("template", "A"), task=pc.get("task") or "plain", chat=bool(pc.get("chat"))
+        ),
+        template=tpl,
+        max_new_tokens=int(pc.get("max_new_tokens", rec.get("T") or 32)),
+        top_k=int(pc.get("top_k", 20)),
+    )
+    return RePCS.from_calibration(rec), pcfg, EndpointFingerprint.from_dict(model["endpoint_fingerprint"])
 
 
 def score_file_endpoint(
@@ -575,79 +397,29 @@ def score_file_endpoint(
     chat_template: str | None = None,
 ) -> dict[str, Any]:
     """``repcs score`` over an endpoint: an endpoint profile folder, or a ``repcs calibrate --endpoint``
-    JSON. Output lines are ``{"id", "score": -Z, **repcs_verdict(...), "backend", "endpoint_method"}``."""
+    JSON. The in-process runner (:func:`~mnemoscope.pipelines.repcs.score_records`); output lines are
+    ``{"id", "score": -Z, **repcs_verdict(...), "backend", "endpoint_method"}``."""
     from mnemoscope.data import read_records
-    from mnemoscope.pipelines.repcs import repcs_verdict
-    from mnemoscope.trace.endpoint import load_chat_template
 
     p = Path(calibration)
-    if p.is_dir() or p.name == "profile.json":
-        prof = load_endpoint_profile(p)
-        det = RePCS.from_calibration(prof.header["repcs"])
-        pcfg = prof.pair_config
-        fp = prof.fingerprint
-    else:
-        try:
-            rec = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"cannot read the calibration {p}: {e}") from e
-        model = rec.get("model") or {}
-        if model.get("spec") != "endpoint":
-            raise ProfileError(
-                f"{p} was calibrated in-process on {model.get('name')}, not against an endpoint (its tau is on "
-                "full-vocabulary KL); recalibrate with `mnemoscope repcs calibrate --endpoint`"
-            )
-        det = RePCS.from_calibration(rec)
-        pc = rec.get("pair_config", {})
-        tpl = (
-            ChatTemplate.from_dict(rec["chat_template"])
-            if rec.get("chat_template")
-            else load_chat_template(chat_template)
-        )
-        pcfg = EndpointPairConfig(
-            builder=PromptBuilder(
-                template=pc.get("template", "A"), task=pc.get("task") or "plain", chat=bool(pc.get("chat"))
-            ),
-            template=tpl,
-            max_new_tokens=int(pc.get("max_new_tokens", rec.get("T") or 32)),
-            top_k=int(pc.get("top_k", 20)),
-        )
-        fp = EndpointFingerprint.from_dict(model["endpoint_fingerprint"])
+    det, pcfg, fp = _score_calibration(p, chat_template)
     caps = client.require_teacher_forcing()
     if check_model:
         check_endpoint_identity(client, fp, str(p))
-    outp = Path(out)
-    done: set[str] = set()
-    if outp.is_file():
-        for line in outp.read_text(encoding="utf-8").splitlines():
-            try:
-                done.add(json.loads(line)["id"])
-            except (json.JSONDecodeError, KeyError):
-                continue
     records, errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
-    bad = [e.to_dict() for e in errors]
-    todo = [r for r in records if r.id not in done]
-    traced = trace_records(client, todo, pcfg, progress=progress, on_error=on_error)
-    bad.extend(
-        {"line": f.get("line"), "id": f["id"], "field": None, "message": f["message"]}
-        for f in traced.failures
-    )
-    with outp.open("a", encoding="utf-8") as f:
-        for t in traced.traces:
-            v = repcs_verdict(det, t)
-            f.write(
-                json.dumps(
-                    {
-                        "id": t.id,
-                        "score": -v["kl"],
-                        **v,
-                        "backend": "endpoint",
-                        "endpoint_method": caps.method,
-                    }
-                )
-                + "\n"
-            )
-    return {"scored": len(traced.traces), "already_done": len(done), "errors": bad, "out": str(outp)}
+    extra = {"backend": "endpoint", "endpoint_method": caps.method}
+
+    def score(batch: Sequence[Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        traced = trace_records(client, batch, pcfg, on_error=on_error, early_stop=0)
+        failed = [
+            {"line": f.get("line"), "id": f["id"], "field": None, "message": f["message"]}
+            for f in traced.failures
+        ]
+        return [score_line(det, t, extra) for t in traced.traces], failed
+
+    res = score_records(records, out, score, batch_size=max(8, client.config.concurrency), progress=progress)
+    res["errors"] = [e.to_dict() for e in errors] + res["errors"]
+    return res
 
 
 # -- chat-only APIs: the weaker test ---------------------------------------------------------------

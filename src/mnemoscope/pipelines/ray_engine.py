@@ -210,7 +210,7 @@ class AuditWorker:
 
         lm = _load_lm(model)
         profile = auditor.pop("profile", None) or default_profile_path(lm.info)
-        self.auditor = Auditor(lm, load_profile(profile, model=lm.info), **auditor)
+        self.auditor = Auditor(lm, load_profile(profile, model=lm.info, backend="local"), **auditor)
         self.identity = json.dumps(self.auditor.identity, default=str)  # key order kept: same meta.json
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -388,33 +388,6 @@ def _chunks(items: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line without its newline (a write a crash interrupted): its record is redone,
-    and the next appended line does not glue onto it."""
-    if not path.is_file():
-        return
-    with path.open("rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        f.seek(max(0, size - (1 << 20)))
-        tail = f.read()
-        cut = tail.rfind(b"\n")
-        f.truncate(size - len(tail) + cut + 1 if cut >= 0 else (0 if size <= (1 << 20) else size))
-
-
-def _fsync_append(path: Path, data: bytes) -> None:
-    if not data:
-        return
-    with path.open("ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _log_run(out: Path, record: dict[str, Any]) -> None:
     with (out / "runs.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(record, default=str) + "\n")
@@ -525,25 +498,23 @@ def ray_audit_file(
     options: RayOptions | None = None,
     overwrite: bool = False,
     parquet: bool = True,
+    early_stop: int = 8,
 ) -> dict[str, Any]:
     """:func:`~mnemoscope.pipelines.audit.run_audit_file` on a Ray cluster (same folder, same lines).
 
     ``input_path`` is JSONL or Parquet (``.parquet``: one row per record, same fields).
     Returns the local engine's summary plus ``engine`` (the Ray settings and who did what).
     """
-    from mnemoscope.pipelines.audit import check_results_meta, input_error_row, read_done_ids
+    from mnemoscope.pipelines.audit import input_error_row, note_outcomes
+    from mnemoscope.pipelines.results import EarlyStop, ResultsFolder
 
     options = options or RayOptions()
     ray = connect(options)
     t0 = time.perf_counter()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path, errors_path = out / "results.jsonl", out / "errors.jsonl"
-    if overwrite:
-        for name in ("results.jsonl", "errors.jsonl", "meta.json", "results.parquet"):
-            (out / name).unlink(missing_ok=True)
-    _drop_torn_tail(results_path)
-    done = read_done_ids(results_path)
+    folder = ResultsFolder(out, None, overwrite=overwrite, extra_files=("results.parquet",))
+    results_path = folder.results.path
+    done = folder.done_ids
     n_done_before = len(done)
     errors: list[dict[str, Any]] = []
     todo: list[tuple[int, dict[str, Any]]] = []
@@ -563,36 +534,33 @@ def ray_audit_file(
         },
         "threads": options.threads,
     }
-    checked: list[bool] = []
+    stop = EarlyStop(early_stop, what="audit (ray)")
 
     def check(identity_json: str) -> None:
-        if not checked:  # the first batch back: same identity as the folder, or refuse
-            check_results_meta(out, json.loads(identity_json), overwrite=False)
-            checked.append(True)
+        # the first batch back: same identity as the folder, or refuse
+        folder.check_identity(json.loads(identity_json))
 
     def on_batch(row: dict[str, Any]) -> None:
         check(str(row["identity"]))
         ids = json.loads(row["ids"])
-        fresh = [i for i in ids if i not in done]
-        if len(fresh) != len(ids):  # never write an id twice
-            keep = [line for line in bytes(row["payload"]).decode("utf-8").splitlines() if line]
-            data = "".join(x + "\n" for x, i in zip(keep, ids, strict=True) if i not in done).encode("utf-8")
-        else:
-            data = bytes(row["payload"])
-        _fsync_append(results_path, data)
-        done.update(fresh)
+        lines = [line for line in bytes(row["payload"]).decode("utf-8").splitlines() if line]
+        fresh = [x for x, i in zip(lines, ids, strict=True) if i not in done]  # never write an id twice
+        folder.append(fresh)
+        done.update(ids)
         run.n_ok += len(fresh)
-        errors.extend(json.loads(row["errors"]))
+        failed = json.loads(row["errors"])
+        errors.extend(failed)
+        note_outcomes(stop, len(fresh), failed)
 
     run = _Run()
     if not todo and (out / "meta.json").is_file():
         check(_probe(ray, AuditWorker, kwargs, options))
-    _stream(
-        ray, AuditWorker, kwargs, _chunks(todo, options.batch_size), options, on_batch, "audit (ray)", run
-    )
-    with errors_path.open("w", encoding="utf-8") as ef:
-        for e in errors:
-            ef.write(json.dumps(e, ensure_ascii=False) + "\n")
+    try:
+        _stream(
+            ray, AuditWorker, kwargs, _chunks(todo, options.batch_size), options, on_batch, "audit (ray)", run
+        )
+    finally:
+        folder.write_errors(errors)
     if parquet:
         write_results_parquet(results_path, out / "results.parquet")
     engine = _engine_record(options, ray, run, time.perf_counter() - t0)
@@ -730,19 +698,15 @@ def ray_score_file(
     """:func:`~mnemoscope.pipelines.repcs.score_file` on a Ray cluster: the same output file
     (resumable: ids already in ``out`` are skipped), lines in completion order."""
     from mnemoscope.data import read_records
+    from mnemoscope.pipelines.results import ResultsFile
 
     options = options or RayOptions()
     ray = connect(options)
     t0 = time.perf_counter()
     outp = Path(out)
-    _drop_torn_tail(outp)
-    done: set[str] = set()
-    if outp.is_file():
-        for line in outp.read_text(encoding="utf-8").splitlines():
-            try:
-                done.add(str(json.loads(line)["id"]))
-            except (json.JSONDecodeError, KeyError):
-                continue  # a torn last line: that record is redone
+    results = ResultsFile(outp)
+    results.cut_torn_tail()
+    done = results.done_ids
     n_done = len(done)
     records, input_errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
     bad = [e.to_dict() for e in input_errors]
@@ -760,7 +724,7 @@ def ray_score_file(
         ids = json.loads(row["ids"])
         lines = bytes(row["payload"]).decode("utf-8").splitlines()
         keep = [x for x, i in zip(lines, ids, strict=True) if i not in done]
-        _fsync_append(outp, "".join(x + "\n" for x in keep).encode("utf-8"))
+        results.append(keep)
         done.update(ids)
         n_ok += len(keep)
         failed = json.loads(row["errors"])

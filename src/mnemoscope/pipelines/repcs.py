@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,9 @@ from mnemoscope.detectors.base import MembershipData
 from mnemoscope.detectors.repcs import RePCS, topk_kl
 from mnemoscope.errors import InputError
 from mnemoscope.models.loader import check_same_model
+from mnemoscope.pipelines.profile import load_profile
+from mnemoscope.pipelines.results import EarlyStop, ResultsFile
+from mnemoscope.pipelines.verdict import EMPTY_CONTEXT_NOTE, repcs_verdict
 from mnemoscope.stats import auc_ci, summarize, threshold_metrics
 from mnemoscope.trace.types import PairTrace
 
@@ -40,35 +42,16 @@ __all__ = [
     "load_calibration",
     "noise_robustness",
     "repcs_verdict",
+    "run_eval",
     "score_batch",
     "score_config",
     "score_file",
+    "score_line",
+    "score_records",
     "split_calibration",
 ]
 
 NOISE_LEVELS = (0.0, 0.02, 0.05, 0.10)
-EMPTY_CONTEXT_NOTE = (
-    "empty context: both paths are identical, Z = 0 by construction; no evidence, never flagged"
-)
-
-
-def repcs_verdict(det: RePCS, trace: PairTrace) -> dict[str, Any]:
-    """The RePCS decision for one trace: ``{kl, tau, memorized, n_steps, identical_prompts, note}``.
-
-    ``tau`` is ``None`` when the calibration could not certify alpha (then nothing is flagged);
-    ``memorized`` is ``Z < tau`` except for an empty context (module doc).
-    """
-    z = float(det.z([trace])[0])
-    tau = float(det.tau_)
-    identical = bool(trace.identical_prompts)
-    return {
-        "kl": z,
-        "tau": tau if math.isfinite(tau) else None,
-        "memorized": bool(det.predict([trace])[0]),
-        "n_steps": int(trace.n_steps),
-        "identical_prompts": identical,
-        "note": EMPTY_CONTEXT_NOTE if identical else None,
-    }
 
 
 def load_calibration(path: str | Path, model: Any | None = None) -> tuple[RePCS, dict[str, Any]]:
@@ -78,11 +61,9 @@ def load_calibration(path: str | Path, model: Any | None = None) -> tuple[RePCS,
     prompt builder settings) and ``max_new_tokens``. With ``model`` (a ModelInfo or dict),
     another model's calibration is refused.
     """
-    from mnemoscope.pipelines.profile import load_profile
-
     p = Path(path)
     if p.is_dir() or p.name == "profile.json":
-        prof = load_profile(p if p.is_dir() else p.parent, model=model)
+        prof = load_profile(p if p.is_dir() else p.parent, model=model, backend="local")
         rec = dict(prof.header["repcs"])
         meta = {"model": prof.model, "prompt": prof.header["prompt"], "max_new_tokens": prof.max_new_tokens}
     else:
@@ -136,11 +117,50 @@ def score_batch(
                 raise InputError(f"line {r.line}: {e.reason}", record=r.id, field=e.field) from e
             bad.append({"line": r.line, "id": r.id, "field": e.field, "message": e.reason})
     traces = trace_lockstep(tracer, prepared, config) if prepared else []
-    lines = []
-    for t in traces:
-        v = repcs_verdict(det, t)
-        lines.append(json.dumps({"id": t.id, "score": -v["kl"], **v}))
-    return lines, bad
+    return [score_line(det, t) for t in traces], bad
+
+
+def score_line(det: RePCS, trace: PairTrace, extra: dict[str, Any] | None = None) -> str:
+    """One ``repcs score`` output line: ``{"id", "score": -Z, **repcs_verdict(...), **extra}``."""
+    v = repcs_verdict(det, trace)
+    return json.dumps({"id": trace.id, "score": -v["kl"], **v, **(extra or {})})
+
+
+def score_records(
+    records: Sequence[Any],
+    out: str | Path,
+    score: Callable[[Sequence[Any]], tuple[list[str], list[dict[str, Any]]]],
+    *,
+    batch_size: int = 8,
+    progress: bool = True,
+    early_stop: int = 8,
+    desc: str = "repcs score",
+) -> dict[str, Any]:
+    """The one ``repcs score`` runner (in process, over an endpoint): ``score(batch)`` returns the
+    batch's output lines and error rows; lines go to the resumable ``out`` file
+    (:class:`~mnemoscope.pipelines.results.ResultsFile`: ids already there are skipped, a torn
+    last line is cut, appends are fsynced). Stops early when the first ``early_stop`` records
+    all fail for the same cause (:class:`~mnemoscope.pipelines.results.EarlyStop`)."""
+    from tqdm.auto import tqdm
+
+    f = ResultsFile(out)
+    done = f.done_ids
+    todo = [r for r in records if r.id not in done]
+    bad: list[dict[str, Any]] = []
+    stop = EarlyStop(early_stop, what=desc)
+    n_ok = 0
+    with tqdm(total=len(todo), desc=desc, disable=not progress) as bar:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            lines, failed = score(batch)
+            bad.extend(failed)
+            n_ok += f.append(lines)
+            bar.update(len(batch))
+            for _ in lines:
+                stop.ok()
+            for e in failed:
+                stop.failed(str(e.get("message")))
+    return {"scored": n_ok, "already_done": len(done), "errors": bad, "out": str(f.path)}
 
 
 def score_file(
@@ -159,40 +179,75 @@ def score_file(
     Each output line is ``{"id", "score": -Z, **repcs_verdict(...)}``; bad records are reported
     (line, id, field) and skipped, or raised with ``on_error="raise"``.
     """
-    from tqdm.auto import tqdm
-
     from mnemoscope.data import read_records
     from mnemoscope.trace import Tracer
 
     det, meta = load_calibration(calibration, lm.info if check_model else None)
     config = score_config(meta)
-    outp = Path(out)
-    done: set[str] = set()
-    if outp.is_file():
-        for line in outp.read_text(encoding="utf-8").splitlines():
-            try:
-                done.add(json.loads(line)["id"])
-            except (json.JSONDecodeError, KeyError):
-                continue  # a torn last line: that record is redone
     records, errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
-    bad = [e.to_dict() for e in errors]
-    todo = [r for r in records if r.id not in done]
     tracer = Tracer(lm, batch_size=batch_size)
-    n_ok = 0
-    with (
-        outp.open("a", encoding="utf-8") as f,
-        tqdm(total=len(todo), desc="repcs score", disable=not progress) as bar,
-    ):
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            lines, failed = score_batch(tracer, det, batch, config, on_error=on_error)
-            bad.extend(failed)
-            for line in lines:
-                f.write(line + "\n")
-            n_ok += len(lines)
-            f.flush()
-            bar.update(len(batch))
-    return {"scored": n_ok, "already_done": len(done), "errors": bad, "out": str(outp)}
+    res = score_records(
+        records,
+        out,
+        lambda batch: score_batch(tracer, det, batch, config, on_error=on_error),
+        batch_size=batch_size,
+        progress=progress,
+    )
+    res["errors"] = [e.to_dict() for e in errors] + res["errors"]
+    return res
+
+
+def run_eval(
+    traces: Sequence[PairTrace],
+    records: Sequence[Any],
+    detector: RePCS,
+    out: str | Path,
+    *,
+    calibration: dict[str, Any] | None = None,
+    calibration_fraction: float = 0.5,
+    seed: int = 0,
+    n_resamples: int = 1000,
+    samples: Sequence[Sequence[str]] | None = None,
+    report: dict[str, Any] | None = None,
+    row_extra: dict[str, Any] | None = None,
+) -> EvalResult:
+    """``repcs eval`` (in process or over an endpoint): check the labels, :func:`evaluate`, and write
+    ``out/report.json`` (with ``report``'s fields and the provenance) and ``out/scores.jsonl``.
+
+    Raises:
+        InputError: a record without a label, or labels of one class (AUC undefined).
+    """
+    from mnemoscope.io import atomic_write
+    from mnemoscope.provenance import provenance
+    from mnemoscope.stats import undefined_reason
+
+    if any(r.label is None for r in records):
+        raise InputError("every record needs a label (1 = memorized, 0 = clean) for eval", field="label")
+    labels = np.array([r.label for r in records])
+    reason = undefined_reason(labels)
+    if reason:
+        raise InputError(f"{reason}: AUC is undefined", field="label")
+    res = evaluate(
+        traces,
+        labels,
+        detector,
+        calibration=calibration,
+        calibration_fraction=calibration_fraction,
+        seed=seed,
+        n_resamples=n_resamples,
+        kinds=[r.extra.get("kind") for r in records],
+        samples=samples,
+    )
+    res.report.update(report or {})
+    res.report["seed"] = seed
+    res.report["provenance"] = provenance()
+    outp = Path(out)
+    outp.mkdir(parents=True, exist_ok=True)
+    atomic_write(outp / "report.json", json.dumps(res.report, indent=1, default=float) + "\n")
+    atomic_write(
+        outp / "scores.jsonl", "".join(json.dumps({**row, **(row_extra or {})}) + "\n" for row in res.rows)
+    )
+    return res
 
 
 def calibration_hash(traces: Sequence[PairTrace]) -> str:

@@ -1,0 +1,372 @@
+"""Where the paired traces of an audit come from: one small interface, two backends.
+
+A backend turns checked requests into ``(PairTrace, answer pieces)``; everything after that
+(signals, attribution, the verdict, hooks) is the same for all backends and lives in
+:class:`mnemoscope.pipelines.audit.Auditor`.
+
+* :class:`LocalBackend`: the model in this process; the answer is decoded once with the context
+  while the no-context path is fed the same tokens (:func:`mnemoscope.trace.lockstep.trace_lockstep`),
+  with hidden states (CRM). Caps in tokens of the model's tokenizer.
+* :class:`EndpointBackend`: a model behind an OpenAI-compatible server
+  (:func:`mnemoscope.trace.endpoint.trace_endpoint_pair`), records traced concurrently, the
+  black-box signals only. Caps in characters (the server enforces its own window).
+
+The interface (:class:`Backend`): ``prepare(i, request)`` checks a request (text, caps) and
+returns what ``run`` needs or an :class:`~mnemoscope.pipelines.requests.AuditFailure`;
+``run(prepared)`` returns, aligned, a ``(trace, pieces)`` or a failure per item; ``pieces(trace)``
+decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_fields(trace)`` and
+``notes(trace)`` describe the backend in identities and results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
+from mnemoscope.models.endpoint import (
+    EndpointClient,
+    EndpointError,
+    EndpointFingerprint,
+    TokenAlignmentError,
+    compare_fingerprints,
+    map_concurrently,
+)
+from mnemoscope.pipelines.profile import AuditProfile, ProfileError
+from mnemoscope.pipelines.requests import AuditFailure, AuditRequest, check_request
+from mnemoscope.pipelines.signals import answer_pieces
+from mnemoscope.trace.endpoint import UNMEASURED, trace_endpoint_pair, trace_endpoint_prompts
+from mnemoscope.trace.types import PairTrace
+
+__all__ = [
+    "Backend",
+    "EndpointBackend",
+    "LocalBackend",
+    "Traced",
+    "check_endpoint_identity",
+    "failure_of",
+]
+
+#: one item of :meth:`Backend.run`: the paired trace and the text each answer token adds, or why not
+Traced = tuple[PairTrace, list[str]] | AuditFailure
+
+
+class Backend(Protocol):
+    name: str
+    profile: AuditProfile
+    hidden_states: bool
+    batch_size: int
+
+    @property
+    def model_info(self) -> dict[str, Any]: ...
+
+    @property
+    def identity_settings(self) -> dict[str, Any]: ...
+
+    @property
+    def limits(self) -> dict[str, int]: ...
+
+    def prepare(self, i: int, req: AuditRequest) -> Any: ...
+
+    def run(self, prepared: Sequence[Any]) -> list[Traced]: ...
+
+    def pieces(self, trace: PairTrace) -> list[str]: ...
+
+    def result_fields(self, trace: PairTrace) -> dict[str, Any]: ...
+
+    def notes(self, trace: PairTrace) -> list[str]: ...
+
+
+def failure_of(e: BaseException) -> AuditFailure:
+    """The :class:`AuditFailure` of an error raised while tracing or scoring one request."""
+    kind = type(e).__name__
+    if isinstance(e, InputTooLongError):
+        return AuditFailure(413, e.reason, e.field, kind=kind)
+    if isinstance(e, TokenAlignmentError):
+        return AuditFailure(422, str(e), kind=kind)
+    if isinstance(e, EndpointError):
+        return AuditFailure(502, str(e), kind=kind)
+    if isinstance(e, InputError):
+        return AuditFailure(422, e.reason, e.field, kind=kind)
+    if isinstance(e, MnemoscopeError):
+        return AuditFailure(422, str(e), kind=kind)
+    return AuditFailure(500, f"{kind}: {e}", kind=kind)
+
+
+# -- in process ------------------------------------------------------------------------------------
+
+
+class LocalBackend:
+    """The model in this process (module doc).
+
+    Args:
+        lm: the loaded model (must be the profile's model).
+        profile: a verified in-process profile.
+        max_context_tokens, max_query_tokens, max_answer_tokens: input caps in tokens (413 above).
+        batch_size: pairs decoded together.
+    """
+
+    name = "local"
+    hidden_states = True
+
+    def __init__(
+        self,
+        lm: Any,
+        profile: AuditProfile,
+        *,
+        max_context_tokens: int = 2048,
+        max_query_tokens: int = 256,
+        max_answer_tokens: int = 256,
+        batch_size: int = 8,
+    ):
+        from mnemoscope.trace.tracer import Tracer
+
+        profile.check_model(lm.info)
+        self.lm = lm
+        self.profile = profile
+        self.max_context_tokens = max_context_tokens
+        self.max_query_tokens = max_query_tokens
+        self.max_answer_tokens = max_answer_tokens
+        self.batch_size = batch_size
+        self.tracer = Tracer(lm, batch_size=batch_size)
+
+    @property
+    def model_info(self) -> dict[str, Any]:
+        return dict(self.lm.info.to_dict())
+
+    @property
+    def identity_settings(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {
+            "max_context_tokens": self.max_context_tokens,
+            "max_query_tokens": self.max_query_tokens,
+            "max_answer_tokens": self.max_answer_tokens,
+        }
+
+    def _count(self, text: str) -> int:
+        return len(self.tracer.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def prepare(self, i: int, req: AuditRequest) -> tuple[Any, list[int] | None, int] | AuditFailure:
+        from mnemoscope.trace.pair import PairItem, prepare_pair
+
+        rid = req.id if req.id is not None else str(i)
+        bad = check_request(req, self.profile.max_new_tokens)
+        if bad is not None:
+            return bad
+        if req.prompts is not None:
+            return AuditFailure(
+                422, "pre-rendered prompts are audited over an endpoint only", "prompts", kind="InputError"
+            )
+        T = req.max_new_tokens or self.profile.max_new_tokens
+        for text, name, cap in (
+            (req.context, "context", self.max_context_tokens),
+            (req.query, "query", self.max_query_tokens),
+        ):
+            n = self._count(text)
+            if n > cap:
+                return AuditFailure(
+                    413, f"{name} has {n} tokens; the limit is {cap}", name, kind="InputTooLongError"
+                )
+        forced = None
+        if req.answer is not None:
+            forced = list(self.tracer.tokenizer(req.answer, add_special_tokens=False)["input_ids"])
+            if len(forced) > self.max_answer_tokens:
+                return AuditFailure(
+                    413,
+                    f"answer has {len(forced)} tokens; the limit is {self.max_answer_tokens}",
+                    "answer",
+                    kind="InputTooLongError",
+                )
+            T = len(forced)
+        try:
+            prepared = prepare_pair(
+                self.tracer, PairItem(rid, req.context, req.query), self.profile.pair_config(T)
+            )
+        except InputError as e:
+            return failure_of(e)
+        return prepared, forced, T
+
+    def trace(self, prepared: Sequence[Any], forced: Sequence[list[int] | None], T: int) -> list[PairTrace]:
+        """Decode a group of prepared pairs in lockstep (both paths, one generation)."""
+        from mnemoscope.trace.lockstep import trace_lockstep
+
+        return trace_lockstep(self.tracer, prepared, self.profile.pair_config(T), forced_answers=forced)
+
+    def run(self, prepared: Sequence[tuple[Any, list[int] | None, int]]) -> list[Traced]:
+        """Trace the prepared pairs, grouped by answer length and forced/generated answers, in
+        batches of ``batch_size`` (the grouping decides the padding, so it is kept stable)."""
+        out: list[Traced | None] = [None] * len(prepared)
+        groups: dict[tuple[int, bool], list[tuple[int, Any, list[int] | None]]] = {}
+        for j, (p, forced, T) in enumerate(prepared):
+            groups.setdefault((T, forced is not None), []).append((j, p, forced))
+        for (T, _), group in groups.items():
+            for start in range(0, len(group), self.batch_size):
+                chunk = group[start : start + self.batch_size]
+                try:
+                    traces = self.trace([p for _, p, _ in chunk], [f for _, _, f in chunk], T)
+                except InputTooLongError as e:
+                    bad = AuditFailure(413, e.reason, e.field, kind=type(e).__name__)
+                except MnemoscopeError as e:
+                    bad = AuditFailure(422, str(e), kind=type(e).__name__)
+                else:
+                    for (j, _, _), t in zip(chunk, traces, strict=True):
+                        out[j] = (t, self.pieces(t))
+                    continue
+                for j, _, _ in chunk:
+                    out[j] = bad
+        return [o if o is not None else AuditFailure(500, "not traced") for o in out]
+
+    def pieces(self, trace: PairTrace) -> list[str]:
+        return answer_pieces(self.tracer.tokenizer, trace.answer_ids.tolist())
+
+    def result_fields(self, trace: PairTrace) -> dict[str, Any]:
+        return {}
+
+    def notes(self, trace: PairTrace) -> list[str]:
+        return []
+
+
+# -- over an endpoint ------------------------------------------------------------------------------
+
+
+def check_endpoint_identity(
+    client: EndpointClient, fp: EndpointFingerprint, what: str
+) -> EndpointFingerprint:
+    """Fingerprint the server and refuse when it is not the model ``fp`` was taken from."""
+    now = client.fingerprint()
+    why = compare_fingerprints(fp, now)
+    if why is not None:
+        raise ProfileError(
+            f"{what} was calibrated against {fp.model_id} (fingerprint {fp.digest[:12]}), but the model served "
+            f"at {client.endpoint} ({now.model_id}, fingerprint {now.digest[:12]}) differs: {why}; calibrate "
+            "against this server with `mnemoscope calibrate --endpoint`"
+        )
+    return now
+
+
+class EndpointBackend:
+    """A model behind an OpenAI-compatible server (module doc).
+
+    Args:
+        client: the server's client (its ``concurrency`` bounds the requests in flight).
+        profile: an endpoint profile (``mnemoscope calibrate --endpoint``).
+        check_identity: fingerprint the server and refuse another model than the profile's.
+        max_context_chars, max_query_chars: input caps in characters (413 above them).
+        batch_size: records per batch of a batch file.
+    """
+
+    name = "endpoint"
+    hidden_states = False
+
+    def __init__(
+        self,
+        client: EndpointClient,
+        profile: AuditProfile,
+        *,
+        check_identity: bool = True,
+        max_context_chars: int = 32_000,
+        max_query_chars: int = 4_000,
+        batch_size: int = 8,
+    ):
+        if profile.endpoint is None:
+            raise ProfileError(
+                f"{profile.path} is an in-process profile: over an endpoint, calibrate one against the server "
+                "with `mnemoscope calibrate --endpoint URL --out DIR`"
+            )
+        self.client = client
+        self.profile = profile
+        self.settings = profile.endpoint
+        self.caps = client.require_teacher_forcing()
+        client.require_top_k(self.settings.pair_config.top_k)
+        self.served = (
+            check_endpoint_identity(client, self.settings.fingerprint, f"the endpoint profile {profile.path}")
+            if check_identity
+            else None
+        )
+        self.max_context_chars = max_context_chars
+        self.max_query_chars = max_query_chars
+        self.batch_size = batch_size
+
+    @property
+    def model_info(self) -> dict[str, Any]:
+        return dict(self.profile.model)
+
+    @property
+    def identity_settings(self) -> dict[str, Any]:
+        return {
+            "backend": "endpoint",
+            "endpoint_method": self.caps.method,
+            "top_k": self.settings.pair_config.top_k,
+        }
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {"max_context_chars": self.max_context_chars, "max_query_chars": self.max_query_chars}
+
+    def prepare(self, i: int, req: AuditRequest) -> tuple[str, AuditRequest] | AuditFailure:
+        bad = check_request(req, self.profile.max_new_tokens)
+        if bad is not None:
+            return bad
+        for text, name, cap in (
+            (req.context, "context", self.max_context_chars),
+            (req.query, "query", self.max_query_chars),
+        ):
+            if len(text) > cap:
+                return AuditFailure(
+                    413,
+                    f"{name} has {len(text)} characters; the limit is {cap}",
+                    name,
+                    kind="InputTooLongError",
+                )
+        return (req.id if req.id is not None else str(i)), req
+
+    def trace_one(self, rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
+        if req.prompts is not None:
+            p_with, p_without = req.prompts
+            return trace_endpoint_prompts(
+                self.client,
+                rid,
+                p_with,
+                p_without,
+                self.settings.pair_config,
+                answer=req.answer,
+                max_new_tokens=req.max_new_tokens,
+                context=req.context,
+                query=req.query,
+                template={"prerendered": True, **(req.prompt_info or {})},
+            )
+        return trace_endpoint_pair(
+            self.client,
+            rid,
+            req.context,
+            req.query,
+            self.settings.pair_config,
+            answer=req.answer,
+            max_new_tokens=req.max_new_tokens,
+        )
+
+    def run(self, prepared: Sequence[tuple[str, AuditRequest]]) -> list[Traced]:
+        """Trace concurrently (``client.config.concurrency``); a failing record gets its own failure."""
+        got = map_concurrently(lambda p: self.trace_one(*p), list(prepared), self.client.config.concurrency)
+        return [failure_of(r) if isinstance(r, BaseException) else (r[0], list(r[1])) for r in got]
+
+    def pieces(self, trace: PairTrace) -> list[str]:
+        raise InputError("over an endpoint the answer pieces come with the trace (the server's own tokens)")
+
+    def result_fields(self, trace: PairTrace) -> dict[str, Any]:
+        return {
+            "backend": "endpoint",
+            "endpoint_method": self.caps.method,
+            "endpoint": self.client.endpoint,
+            "unavailable": list(UNMEASURED),
+        }
+
+    def notes(self, trace: PairTrace) -> list[str]:
+        backend = trace.backend if isinstance(trace.backend, dict) else {}
+        return [
+            *[str(n) for n in backend.get("notes", [])],
+            "over an endpoint: hidden-state signals (CRM, SCAR, RADAR) are not measured",
+        ]

@@ -1,0 +1,348 @@
+"""The one audit decision: measured signals + profile + rule -> memory flag, p_memory, source, guarantee.
+
+Pure functions and small rule objects, no model call:
+
+* **the empty-context rule**, written once (:func:`guarded`): with an empty context both
+  paths are the same prompt, every statistic is 0 by construction, and that is *no evidence*:
+  no rule flags it (the RePCS block's ``memorized``, CRM's ``anomaly_flag`` and the memory flag
+  all go through it) and its source is ``undetermined``;
+* **rules** (:data:`RULES`): each owns its flag and the guarantee it states:
+  ``combined`` (default: the verdict model's conformal flag on p_memory), ``repcs`` (the RePCS
+  paper: memory iff Z < tau), ``crm-anomaly`` (CRM appendix V.1's LTS rule; measured weak,
+  kept for reproduction, see docs/audit.md);
+* :func:`decide_source`: ``context``, ``memory``, ``mixed`` or ``undetermined``, with a sentence;
+* :func:`decide`: all of the above for one :class:`~mnemoscope.pipelines.signals.Measured`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from mnemoscope.detectors.crm_artifact import FittedCRM
+from mnemoscope.detectors.repcs import RePCS
+from mnemoscope.errors import InputError
+from mnemoscope.features.attribution import Span, salient
+from mnemoscope.trace.types import PairTrace
+
+__all__ = [
+    "CRM_LABEL",
+    "EMPTY_CONTEXT_NOTE",
+    "RULES",
+    "AnomalyRule",
+    "MemoryRule",
+    "Rule",
+    "Source",
+    "Verdict",
+    "crm_block",
+    "decide",
+    "decide_source",
+    "get_rule",
+    "guarded",
+    "repcs_verdict",
+]
+
+Source = Literal["context", "memory", "mixed", "undetermined"]
+Rule = Literal["combined", "repcs", "crm-anomaly"]
+
+EMPTY_CONTEXT_NOTE = (
+    "empty context: both paths are identical, Z = 0 by construction; no evidence, never flagged"
+)
+CRM_LABEL = (
+    "secondary: CRM's unsupervised LTS anomaly rule (appendix V.1); weak on context reliance and at "
+    "chance for membership, measured in docs/audit.md and docs/crm.md"
+)
+
+
+def guarded(flag: bool, identical_prompts: bool) -> bool:
+    """The empty-context rule (module doc): a flag stands only when the two prompts differ."""
+    return bool(flag) and not identical_prompts
+
+
+# -- the anomaly rule (CRM) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnomalyRule:
+    """How an LTS trajectory becomes a flag (see :mod:`mnemoscope.pipelines.profile`)."""
+
+    k_sigma: float = 2.0
+    rule: Literal["calibrated", "paper"] = "calibrated"
+    alpha: float = 0.05
+    score_threshold: float | None = None
+    n_threshold: int = 0
+
+    def decide(self, lts: np.ndarray, crm: FittedCRM) -> tuple[np.ndarray, np.ndarray, float, bool]:
+        """(z ``[k]``, flagged mask ``[k]``, score, anomaly flag)."""
+        z, flagged, score = crm.anomaly(lts, self.k_sigma)
+        if self.rule == "paper" or self.score_threshold is None:
+            flag = bool(flagged.any())
+        else:
+            flag = bool(score > self.score_threshold)
+        return z, flagged, score, flag
+
+
+# -- RePCS -----------------------------------------------------------------------------------------
+
+
+def repcs_verdict(det: RePCS, trace: PairTrace, z: float | None = None) -> dict[str, Any]:
+    """The RePCS decision for one trace: ``{kl, tau, memorized, n_steps, identical_prompts, note}``.
+
+    ``tau`` is ``None`` when the calibration could not certify alpha (then nothing is flagged);
+    ``memorized`` is ``Z < tau`` under the empty-context rule. ``z``: Z when already measured.
+    """
+    if z is None:
+        z = float(det.z([trace])[0])
+    tau = float(det.tau_)
+    identical = bool(trace.identical_prompts)
+    return {
+        "kl": z,
+        "tau": tau if math.isfinite(tau) else None,
+        "memorized": guarded(bool(det.flag(np.array([z]))[0]), identical),
+        "n_steps": int(trace.n_steps),
+        "identical_prompts": identical,
+        "note": EMPTY_CONTEXT_NOTE if identical else None,
+    }
+
+
+def crm_block(m: Any, profile: Any) -> dict[str, Any] | None:
+    """CRM's secondary block of an audit (``None`` without hidden states)."""
+    c = m.crm
+    if c is None:
+        return None
+    crm = profile.crm
+    flagged = np.zeros_like(c.flagged) if m.identical_prompts else c.flagged
+    out: dict[str, Any] = {
+        "label": CRM_LABEL,
+        "anomaly_flag": guarded(c.raw_flag, m.identical_prompts),
+        "anomaly_score": float(c.score),
+        "lts_trajectory": [float(v) for v in c.lts],
+        "lts_z": [float(v) for v in c.z],
+        "layers": [int(v) for v in crm.layers],
+        "flagged_layers": [int(crm.layers[j]) for j in np.flatnonzero(flagged)],
+        "rule": profile.anomaly.rule,
+    }
+    if c.probability is not None:
+        out["crm_probability"] = c.probability
+    return out
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+class MemoryRule:
+    """A memory rule: its raw flag on the measured signals and the guarantee it states."""
+
+    name: str = ""
+    needs_hidden_states = False
+
+    def check(self, profile: Any, *, hidden_states: bool = True) -> None:
+        """Refuse a profile (or a backend without hidden states) the rule cannot run on."""
+        if self.needs_hidden_states and not hidden_states:
+            raise InputError(
+                f"the {self.name} rule needs hidden states, unavailable over an endpoint", field="rule"
+            )
+
+    def flag(self, m: Any, p_memory: float | None, profile: Any) -> bool:
+        raise NotImplementedError
+
+    def guarantee(self, profile: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class CombinedRule(MemoryRule):
+    """The verdict model's conformal flag on p_memory (default)."""
+
+    name = "combined"
+
+    def check(self, profile: Any, *, hidden_states: bool = True) -> None:
+        if profile.verdict is None:
+            raise InputError(
+                f"the profile {profile.path} has no verdict model (it was calibrated without both labels); "
+                "use rule='repcs' or recalibrate with labelled records",
+                field="rule",
+            )
+
+    def flag(self, m: Any, p_memory: float | None, profile: Any) -> bool:
+        return p_memory is not None and bool(profile.verdict.flag(p_memory))
+
+    def guarantee(self, profile: Any) -> dict[str, Any]:
+        v = profile.verdict
+        return {
+            "alpha": v.alpha,
+            "n_calibration": v.n_conformal_,
+            "certified": v.certified_,
+            "threshold": v.threshold_,
+            "statement": (
+                f"a context-needed answer is flagged as memory with probability at most {v.alpha:g} "
+                f"(split-conformal, {v.n_conformal_} held-out clean calibration answers)"
+                if v.certified_
+                else f"NOT certified: {v.n_conformal_} held-out clean calibration answers cannot certify "
+                f"alpha={v.alpha:g} (at least {v.min_n_} are needed); flagged when p_memory > 0.5"
+            ),
+        }
+
+
+class RePCSRule(MemoryRule):
+    """The RePCS paper's rule: memory iff Z < tau."""
+
+    name = "repcs"
+
+    def flag(self, m: Any, p_memory: float | None, profile: Any) -> bool:
+        return m.repcs_raw_flag
+
+    def guarantee(self, profile: Any) -> dict[str, Any]:
+        rec = profile.header["repcs"]
+        certified = math.isfinite(profile.repcs_tau)
+        return {
+            "alpha": float(rec["alpha"]),
+            "n_calibration": int(rec["n"]),
+            "certified": certified,
+            "threshold": profile.repcs_tau if certified else None,
+            "statement": "RePCS paper rule: memory when Z < tau (conformal lower quantile of clean Z)"
+            if certified
+            else "NOT certified: too few clean calibration queries for tau; nothing is flagged",
+        }
+
+
+class CRMAnomalyRule(MemoryRule):
+    """CRM appendix V.1's LTS anomaly rule (secondary, weak; kept for reproduction)."""
+
+    name = "crm-anomaly"
+    needs_hidden_states = True
+
+    def flag(self, m: Any, p_memory: float | None, profile: Any) -> bool:
+        return m.crm is not None and m.crm.raw_flag
+
+    def guarantee(self, profile: Any) -> dict[str, Any]:
+        a = profile.anomaly
+        return {
+            "alpha": a.alpha,
+            "n_calibration": a.n_threshold,
+            "certified": a.score_threshold is not None and a.rule == "calibrated",
+            "threshold": a.score_threshold,
+            "statement": "CRM anomaly rule (secondary): the guarantee concerns anomalous LTS, not memory",
+        }
+
+
+_RULES: dict[str, MemoryRule] = {r.name: r for r in (CombinedRule(), RePCSRule(), CRMAnomalyRule())}
+RULES: tuple[str, ...] = tuple(_RULES)
+
+
+def get_rule(name: str) -> MemoryRule:
+    """The rule object named ``name``.
+
+    Raises:
+        InputError: an unknown rule (naming the known ones).
+    """
+    if name not in _RULES:
+        raise InputError(f"unknown rule {name!r}; choose one of {list(RULES)}", field="rule")
+    return _RULES[name]
+
+
+# -- the decision ----------------------------------------------------------------------------------
+
+
+def decide_source(
+    *,
+    identical_prompts: bool,
+    answer: str,
+    memory_flag: bool,
+    p_memory: float | None,
+    spans: Sequence[Span],
+) -> tuple[Source, str]:
+    """Where the answer came from, and why in words.
+
+    * empty context (:func:`guarded`) or empty answer: ``undetermined`` (no evidence; never ``memory``);
+    * flagged as memory: ``memory``, or ``mixed`` when some names or numbers are still
+      context-supported;
+    * not flagged: ``mixed`` when both context- and memory-attributed names or numbers are present
+      (:func:`~mnemoscope.features.attribution.salient`),
+      ``context`` when the answer leans on the context, ``undetermined`` when p_memory leans
+      towards memory but stays under the flag threshold.
+    """
+    if not guarded(True, identical_prompts):
+        return "undetermined", (
+            "The context is empty, so both paths are the same prompt: there is no evidence either way "
+            "and the answer is never flagged as memory."
+        )
+    if not answer.strip():
+        return "undetermined", "The model gave an empty answer: there is nothing to attribute."
+    # item level: only spans that name something count (prior words stay marked at the token level)
+    has_ctx = any(s.source == "context" and salient(s.text) for s in spans)
+    has_mem = any(s.source == "memory" and salient(s.text) for s in spans)
+    if memory_flag:
+        if has_ctx:
+            return "mixed", (
+                "Mostly from memory (the flag fired), but some words are supported only by the context."
+            )
+        return "memory", "Answered from memory: the model gives this answer without the context."
+    if has_ctx and has_mem:
+        return "mixed", "Mixed: some words come from the context, others the model knew without it."
+    if p_memory is not None and p_memory > 0.5:
+        return "undetermined", (
+            "Leans towards memory, but not beyond the calibrated threshold: no flag is raised."
+        )
+    return "context", "Answered from the context: the context changed the answer."
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision on one measured trace (what :class:`~mnemoscope.pipelines.requests.AuditResult` carries)."""
+
+    source: Source
+    summary: str
+    memory_flag: bool
+    p_memory: float | None
+    guarantee: dict[str, Any]
+    evidence: dict[str, Any]
+    repcs: dict[str, Any]
+    crm: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+
+def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
+    """Signals + profile + rule -> the verdict (module doc). Pure: no model call."""
+    notes: list[str] = []
+    verdict = profile.verdict
+    p_memory: float | None = None
+    if verdict is not None:
+        missing = [s for s in verdict.selected_ if s not in m.values]
+        if missing:
+            notes.append(f"p_memory not measured: signals {missing} are unavailable on this path")
+        else:
+            p_memory = float(verdict.predict_proba({k: [v] for k, v in m.values.items()})[0])
+    rv = repcs_verdict(repcs, m.trace, z=m.repcs_z)
+    memory_flag = guarded(rule.flag(m, p_memory, profile), m.identical_prompts)
+    source, why = decide_source(
+        identical_prompts=m.identical_prompts,
+        answer=m.answer,
+        memory_flag=memory_flag,
+        p_memory=p_memory,
+        spans=m.spans,
+    )
+    guarantee = rule.guarantee(profile)
+    if m.identical_prompts:
+        notes.append("empty context: both paths are identical, every statistic is 0 by construction")
+    return Verdict(
+        source=source,
+        summary=why,
+        memory_flag=memory_flag,
+        p_memory=p_memory,
+        guarantee=guarantee,
+        evidence={
+            "repcs_z": rv["kl"],
+            "tau": rv["tau"],
+            "closed_book_logprob": m.values["closed_book_logprob"],
+            "context_token_fraction": m.context_fraction,
+            "threshold": guarantee.get("threshold"),
+            "signals_used": list(verdict.selected_) if verdict is not None else [],
+        },
+        repcs=rv,
+        crm=crm_block(m, profile),
+        notes=notes,
+    )
