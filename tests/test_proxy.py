@@ -19,6 +19,89 @@ QUERY = "Which river runs through Quenmar?"
 MESSAGES = [{"role": "user", "content": f"Context: {CTX}\n\nQuestion: {QUERY}\n\nAnswer:"}]
 
 
+# -- where the context is (pure: no server) ----------------------------------------------------------
+
+APP_MESSAGES = [
+    {"role": "system", "content": "You are a terse assistant. Answer in one short sentence."},
+    {
+        "role": "user",
+        "content": "Context: Paris is the capital of France.\n\nQuestion: What is the capital of France?",
+    },
+    {"role": "assistant", "content": "Paris."},
+    {"role": "user", "content": f"Context: {CTX}\n\nQuestion: {QUERY}"},
+]
+
+
+def test_default_layout_finds_the_last_context_block_and_removes_only_it():
+    from mnemoscope.pipelines.layout import locate_context
+
+    loc = locate_context({"messages": APP_MESSAGES})
+    assert not isinstance(loc, str)
+    assert loc.context == CTX and loc.layout == "user" and loc.message == 3
+    assert loc.messages_without[3]["content"] == f"Context: \n\nQuestion: {QUERY}"
+    assert loc.messages_without[:3] == loc.messages_with[:3] == APP_MESSAGES[:3]  # few-shot + system kept
+    assert loc.query == f"Context: \n\nQuestion: {QUERY}".strip()
+
+
+def test_layout_specs_message_delimiters_text_and_tags():
+    from mnemoscope.pipelines.layout import locate_context
+
+    sys_msgs = [
+        {"role": "system", "content": f"Answer from these documents.\n<docs>{CTX}</docs>\nBe brief."},
+        {"role": "user", "content": QUERY},
+    ]
+    by_delims = locate_context({"messages": sys_msgs}, {"start": "<docs>", "end": "</docs>"})
+    assert by_delims.context == CTX and by_delims.layout == "system"
+    assert (
+        by_delims.messages_without[0]["content"] == "Answer from these documents.\n<docs></docs>\nBe brief."
+    )
+    by_default = locate_context({"messages": sys_msgs})
+    assert by_default.context == CTX and by_default.how == "default: <docs> tags"
+    by_text = locate_context({"messages": sys_msgs}, CTX)
+    assert (by_text.start, by_text.end) == (by_delims.start, by_delims.end)
+    separate = [{"role": "system", "content": CTX}, {"role": "user", "content": QUERY}]
+    whole = locate_context({"messages": separate}, {"message": 0})
+    assert whole.context == CTX and whole.messages_without[0]["content"] == "" and whole.layout == "system"
+    by_role = locate_context(
+        {"messages": [{"role": "tool", "content": CTX}, *separate[1:]]}, context_role="tool"
+    )
+    assert by_role.layout == "message:tool"
+    prompt = locate_context({"prompt": f"Context: {CTX}\n\nQuestion: {QUERY}\n\nAnswer:"})
+    assert prompt.layout == "prompt" and prompt.prompt_without == f"Context: \n\nQuestion: {QUERY}\n\nAnswer:"
+
+
+def test_unlocatable_context_says_why_and_bad_specs_name_the_field():
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.layout import locate_context
+
+    why = locate_context({"messages": [{"role": "user", "content": "Hello there"}]})
+    assert isinstance(why, str) and "could not be located" in why
+    assert "does not occur verbatim" in locate_context({"messages": APP_MESSAGES}, "not in there")
+    assert "out of range" in locate_context({"messages": APP_MESSAGES}, {"message": 9})
+    for bad in ({"message": "0"}, {"start": "<a>"}, {"nope": 1}, 3):
+        with pytest.raises(InputError, match=r"mnemoscope\.context"):
+            locate_context({"messages": APP_MESSAGES}, bad)
+
+
+def test_profile_layout_refuses_what_it_was_not_calibrated_for():
+    from mnemoscope.pipelines.layout import LayoutMismatch, check_layout, locate_context, profile_layout
+
+    chat_header = {"prompt": {"chat": True}}
+    assert profile_layout(chat_header) == "user" and profile_layout({"prompt": {"chat": False}}) == "prompt"
+    assert profile_layout({"layout": {"context_in": "system"}, "prompt": {"chat": True}}) == "system"
+    check_layout(chat_header, locate_context({"messages": APP_MESSAGES}))  # the template layout: fine
+    in_system = locate_context(
+        {
+            "messages": [
+                {"role": "system", "content": f"<context>{CTX}</context>"},
+                {"role": "user", "content": QUERY},
+            ]
+        }
+    )
+    with pytest.raises(LayoutMismatch, match="--accept-layout system"):
+        check_layout(chat_header, in_system, profile_name="prof/")
+
+
 class _Running:
     """A uvicorn server in a thread on a free loopback port (stopped by the fixture)."""
 
@@ -48,7 +131,7 @@ class _Running:
         self.thread.join(timeout=30)
 
 
-def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False):
+def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False, **settings):
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.pipelines.endpoint import EndpointAuditor
     from mnemoscope.server.proxy import ProxySettings, create_proxy_app
@@ -64,7 +147,7 @@ def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False):
         auditor.client._caps = client.capabilities()
         auditor.client._model = client.model
     app = create_proxy_app(
-        ProxySettings(upstream=llama_server.base_url), auditor=auditor, store=open_store(db)
+        ProxySettings(upstream=llama_server.base_url, **settings), auditor=auditor, store=open_store(db)
     )
     return _Running(app)
 
@@ -145,7 +228,7 @@ def test_stream_passes_through_and_is_logged_at_the_end(llama_server, proxy):
     assert rec["status"] == "audited" and rec["stream"] is True and rec["answer"] == text
 
 
-def test_no_audit_inputs_is_skipped_and_other_routes_pass(llama_server, proxy):
+def test_no_context_found_is_undetermined_and_other_routes_pass(llama_server, proxy):
     c = _openai(proxy.base_url)
     raw = c.completions.with_raw_response.create(
         model="smollm2", prompt="1, 2, 3,", temperature=0, max_tokens=4
@@ -154,7 +237,9 @@ def test_no_audit_inputs_is_skipped_and_other_routes_pass(llama_server, proxy):
         model="smollm2", prompt="1, 2, 3,", temperature=0, max_tokens=4
     )
     assert raw.parse().choices[0].text == direct.choices[0].text
-    assert json.loads(raw.headers["x-mnemoscope-audit"])["status"] == "skipped"
+    head = json.loads(raw.headers["x-mnemoscope-audit"])
+    assert head["status"] == "undetermined" and "could not be located" in head["reason"]
+    assert raw.parse().model_extra["mnemoscope"]["id"] == head["id"]  # logged, and returned
     assert [m.id for m in c.models.list().data] == ["smollm2"]
 
 
@@ -184,3 +269,101 @@ def test_audit_failure_never_changes_the_answer(llama_server, endpoint_profile, 
         assert rec is not None and rec["status"] == "failed" and store.verify().ok
     finally:
         store.close()
+
+
+def test_the_apps_own_prompt_is_audited_system_fewshot_history(llama_server, proxy):
+    """System prompt + a few-shot turn + history, through the official client: the audited
+    with-context prompt is these messages, the no-context one the same without the context."""
+    from mnemoscope.server.storage import open_store
+
+    direct = _openai(llama_server.base_url).chat.completions.create(
+        model="smollm2", messages=APP_MESSAGES, temperature=0, max_tokens=24
+    )
+    r = _openai(proxy.base_url).chat.completions.create(
+        model="smollm2", messages=APP_MESSAGES, temperature=0, max_tokens=24
+    )  # no mnemoscope object: the default layout finds the 'Context:' block of the last user turn
+    assert r.choices[0].message.content == direct.choices[0].message.content
+    audit = r.model_extra["mnemoscope"]
+    assert audit["status"] == "audited", audit
+    assert audit["layout"]["layout"] == "user" and audit["layout"]["message"] == 3
+    assert audit["layout"]["calibrated"] is True and isinstance(audit["memory_flag"], bool)
+    store = open_store(proxy.db, readonly=True)
+    try:
+        assert store.get(audit["id"])["layout"]["how"] == "default: 'Context' block"
+    finally:
+        store.close()
+
+
+def test_stream_verdict_event_follows_done(llama_server, proxy):
+    import httpx
+
+    from mnemoscope.server.proxy_stream import read_verdict_event, sse_answer
+
+    body = {"model": "smollm2", "messages": APP_MESSAGES, "temperature": 0, "max_tokens": 16, "stream": True}
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", json=body, timeout=600) as r:
+        aid = r.headers["x-mnemoscope-audit-id"]
+        raw = b"".join(r.iter_raw())
+    before, _, after = raw.partition(b"data: [DONE]")
+    ev = read_verdict_event(after)
+    assert (
+        ev is not None
+        and ev["id"] == aid
+        and ev["status"] == "audited"
+        and ev["answer"] == sse_answer(before)
+    )
+
+
+def test_layout_the_profile_was_not_calibrated_for_is_refused(llama_server, proxy):
+    msgs = [
+        {"role": "system", "content": f"Answer from the documents.\n<context>{CTX}</context>"},
+        {"role": "user", "content": QUERY},
+    ]
+    direct = _openai(llama_server.base_url).chat.completions.create(
+        model="smollm2", messages=msgs, temperature=0, max_tokens=16
+    )
+    r = _openai(proxy.base_url).chat.completions.create(
+        model="smollm2", messages=msgs, temperature=0, max_tokens=16
+    )
+    assert r.choices[0].message.content == direct.choices[0].message.content
+    audit = r.model_extra["mnemoscope"]
+    assert audit["status"] == "refused" and "--accept-layout system" in audit["reason"]
+
+
+def test_full_audit_queue_sheds_and_the_answers_still_pass(llama_server, endpoint_profile, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = _proxy(llama_server, endpoint_profile, tmp_path / "audit.db", audit_queue=1)
+    try:
+        c = _openai(p.base_url)
+
+        def ask(_):
+            return c.chat.completions.create(model="smollm2", messages=MESSAGES, temperature=0, max_tokens=8)
+
+        with ThreadPoolExecutor(4) as ex:
+            rs = list(ex.map(ask, range(4)))
+        statuses = [r.model_extra["mnemoscope"]["status"] for r in rs]
+        assert all(r.choices[0].message.content for r in rs)
+        assert "skipped" in statuses and "audited" in statuses, statuses
+        shed = next(
+            r.model_extra["mnemoscope"] for r in rs if r.model_extra["mnemoscope"]["status"] == "skipped"
+        )
+        assert "audit queue full" in shed["reason"] and shed["seq"] >= 1  # visible: returned and logged
+    finally:
+        p.stop()
+
+
+def test_slow_real_upstream_times_out_and_is_logged(llama_server, endpoint_profile, tmp_path):
+    p = _proxy(llama_server, endpoint_profile, tmp_path / "audit.db", timeout=0.05)
+    try:
+        import httpx
+
+        r = httpx.post(
+            f"{p.base_url}/chat/completions",
+            json={"model": "smollm2", "messages": MESSAGES, "max_tokens": 200, "temperature": 0},
+            timeout=60,
+        )
+        assert r.status_code == 504 and "timed out" in r.json()["error"]["message"]
+        head = json.loads(r.headers["x-mnemoscope-audit"])
+        assert head["status"] == "failed" and "timed out" in head["error"]
+    finally:
+        p.stop()

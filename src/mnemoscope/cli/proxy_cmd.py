@@ -1,7 +1,7 @@
 """``mnemoscope proxy --upstream URL``: an OpenAI-compatible front that audits every answer.
 
 Thin: parse, build the endpoint auditor and the log store, run
-:func:`mnemoscope.server.proxy.create_proxy_app` with uvicorn. docs/endpoint.md.
+:func:`mnemoscope.server.proxy.create_proxy_app` with uvicorn. docs/proxy.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ def register(sub: Any) -> None:
         "proxy",
         help="OpenAI-compatible audit proxy in front of an inference server (answers unchanged, audits logged)",
         description="Forward /v1/chat/completions and /v1/completions (and every other route) to --upstream "
-        "unchanged, return the upstream's answer unchanged, and audit it through the endpoint backend: context "
-        "and query come from an `mnemoscope` object in the request body ({'context': ..., 'query': ...}) or from "
-        "--context-role messages. The audit is written to the tamper-evident log (--db), returned in the "
-        "X-Mnemoscope-Audit header and in an extra `mnemoscope` field of the JSON answer. Streams pass through; "
-        "their audit is logged when the stream ends (GET /mnemoscope/audits/<id>).",
+        "unchanged, return the upstream's answer unchanged, and audit it through the endpoint backend on the "
+        "application's own prompt: its messages as sent, and the same messages with only the retrieved context "
+        "removed. Where the context is: an `mnemoscope` object in the request body ({'context': TEXT | "
+        "{'message': I, 'start': S, 'end': E}}), --context-role, or by default <context>...</context> tags or a "
+        "'Context:' block in the last user message or the system prompt (docs/proxy.md). The audit is written to "
+        "the tamper-evident log (--db), returned in the X-Mnemoscope-Audit header and in an extra `mnemoscope` "
+        "field of the JSON answer. Streams pass through as they come; the verdict follows [DONE] as an "
+        "`event: mnemoscope` (OpenAI clients ignore it) and is logged (GET /mnemoscope/audits/<id>).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example:\n"
         "  mnemoscope proxy --upstream http://127.0.0.1:8080/v1 --profile prof/ --port 8090\n"
@@ -48,7 +51,10 @@ def register(sub: Any) -> None:
         help="replace the client's Authorization with this variable's key when forwarding",
     )
     p.add_argument(
-        "--context-role", metavar="ROLE", default=None, help="chat role whose messages are the context"
+        "--context-role",
+        metavar="ROLE",
+        default=None,
+        help="chat role whose (single) message is the context, when a request names none",
     )
     p.add_argument(
         "--query-role", metavar="ROLE", default="user", help="chat role of the query (its last message)"
@@ -61,6 +67,28 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8090)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per upstream request")
     p.add_argument("--no-header", action="store_true", help="do not add the X-Mnemoscope-Audit header")
+    p.add_argument(
+        "--audit-queue",
+        type=int,
+        default=16,
+        metavar="N",
+        help="audits in flight at most (running + waiting); beyond it an answer passes with its audit "
+        "'skipped' (shed, logged)",
+    )
+    p.add_argument("--audit-workers", type=int, default=1, metavar="N", help="audits running at once")
+    p.add_argument(
+        "--accept-layout",
+        action="append",
+        default=[],
+        metavar="LAYOUT",
+        help="audit this context layout (user, system, prompt, message:ROLE) although the profile was not "
+        "calibrated on it (recorded as uncalibrated); repeatable",
+    )
+    p.add_argument(
+        "--no-stream-verdict",
+        action="store_true",
+        help="do not append the `event: mnemoscope` verdict to streams (the audit is still logged)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -90,6 +118,10 @@ def _run(args: argparse.Namespace) -> int:
             upstream_api_key_env=args.upstream_api_key_env,
             timeout=args.timeout,
             header=not args.no_header,
+            audit_queue=args.audit_queue,
+            audit_workers=args.audit_workers,
+            accept_layouts=tuple(args.accept_layout),
+            stream_verdict=not args.no_stream_verdict,
         ),
         auditor=auditor,
         store=store,

@@ -1,33 +1,30 @@
 """The audit proxy: an OpenAI-compatible front that audits every answer of the server behind it.
 
 A RAG application points its OpenAI client at the proxy instead of its inference server
-(``mnemoscope proxy --upstream http://127.0.0.1:8080/v1 --profile DIR``). For
-``POST /v1/chat/completions`` and ``POST /v1/completions``:
+(``mnemoscope proxy --upstream http://127.0.0.1:8080/v1 --profile DIR``). docs/proxy.md has
+the full contract; in short, for ``POST /v1/chat/completions`` and ``POST /v1/completions``:
 
-1. The request is forwarded to the upstream unchanged, except that an ``mnemoscope`` object
-   in the body (the proxy's own field: ``{"context": "...", "query": "..."}``) is removed
-   first. Every other route (``/v1/models``, ...) is passed through as is.
-2. The upstream's answer is returned unchanged (same status, same JSON, same stream chunks).
-   A JSON answer gains one extra top-level field, ``mnemoscope`` (the audit; OpenAI clients
-   ignore unknown fields), and the header ``X-Mnemoscope-Audit`` (a compact JSON summary:
-   ``id``, ``status``, ``source``, ``p_memory``, ``repcs_z``).
-3. The answer is audited through the endpoint backend (:class:`~mnemoscope.pipelines.endpoint.
-   EndpointAuditor`): the upstream's answer text is teacher-forced on the with- and
-   no-context prompts of the profile. The audit is written to the tamper-evident log
-   (:mod:`mnemoscope.server.storage`, the same one ``mnemoscope serve`` writes).
+1. **Forwarded unchanged**, except that the proxy's own ``mnemoscope`` object (if any) is
+   removed from the body. Every other route (``/v1/models``, ...) is passed through as is.
+2. **Answered unchanged**: same status, same JSON, same stream chunks as they arrive. A JSON
+   answer gains one extra top-level field, ``mnemoscope`` (the audit record; OpenAI clients
+   ignore unknown fields) and the header ``X-Mnemoscope-Audit`` (a compact summary). A stream
+   gains ``X-Mnemoscope-Audit-Id`` and, after ``data: [DONE]``, one ``event: mnemoscope``
+   carrying the verdict (:mod:`mnemoscope.server.proxy_stream`; OpenAI clients stop at
+   ``[DONE]`` and never see it).
+3. **The application's own prompt is audited**: its messages (system prompt, few-shot turns,
+   history) are the with-context prompt, and the same messages with only the retrieved context
+   removed the no-context prompt (:mod:`mnemoscope.pipelines.layout`: where the context is
+   comes from ``mnemoscope.context`` or the documented default). A context that cannot be
+   located makes the audit ``undetermined`` (with the reason); a layout the profile was not
+   calibrated for makes it ``refused`` (unless ``--accept-layout``).
+4. **Every outcome is logged** in the tamper-evident audit log (``mnemoscope serve``'s), also
+   the ones that are not verdicts: upstream errors, time-outs, cut streams, clients gone,
+   audits shed by the bounded queue (``skipped``).
 
-**Where context and query come from**: the ``mnemoscope`` object when present; otherwise,
-with ``context_role`` set, the content of the chat messages with that role (joined by blank
-lines) is the context and the last message of ``query_role`` (default ``user``) the query.
-Neither: the answer is forwarded and the audit is ``skipped`` (not logged).
-
-**Streaming** (``"stream": true``): chunks are passed through as they arrive; the header
-``X-Mnemoscope-Audit-Id`` announces the audit's id, and the audit runs and is logged when the
-stream ends (read it back at ``GET /mnemoscope/audits/{id}``).
-
-**Failures never touch the answer**: an audit that fails (the auditing server down, a
-tokenization mismatch, a storage error) is recorded as ``status: "failed"`` with its reason,
-in the header, the extra field and the log, and the upstream's answer is forwarded as it came.
+**Failures never touch the answer**: an upstream error is passed through as the upstream sent
+it (its status and body); an unreachable upstream is a 502 and a time-out a 504, with an
+OpenAI-style error body; an audit that fails leaves the answer as it came.
 """
 
 from __future__ import annotations
@@ -36,7 +33,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -44,13 +40,16 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves route annotations here
 
-from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+from mnemoscope.errors import InputError
+from mnemoscope.pipelines.layout import locate_context
+from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
+from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
 
-__all__ = ["ProxySettings", "audit_inputs", "create_proxy_app", "sse_answer"]
+__all__ = ["ProxySettings", "create_proxy_app", "sse_answer"]
 
 log = logging.getLogger(__name__)
 
-AUDITED_PATHS = ("chat/completions", "completions")
+AUDITED_PATHS = ("v1/chat/completions", "v1/completions")
 _HOP = {
     "host",
     "content-length",
@@ -73,12 +72,16 @@ class ProxySettings:
 
     Attributes:
         upstream: the inference server's base URL ending in ``/v1``.
-        context_role: chat role whose messages are the context (``None``: only the
-            ``mnemoscope`` object gives a context).
-        query_role: chat role whose last message is the query.
+        context_role: chat role whose single message is the context, when the request names none.
+        query_role: chat role of the query (its last message is "the user message" of the layouts).
         upstream_api_key_env: replace the client's ``Authorization`` with this variable's key.
-        timeout: seconds for an upstream request.
+        timeout: seconds an upstream request may take (connect, and between two bytes read).
         header: also return the audit summary in ``X-Mnemoscope-Audit``.
+        audit_queue: audits in flight at most (running + waiting); more are ``skipped`` (shed).
+        audit_workers: audits running at once.
+        accept_layouts: context layouts audited although the profile was not calibrated on them.
+        stream_verdict: append the ``event: mnemoscope`` verdict after a stream's ``[DONE]``.
+        drain_timeout: seconds to wait at shutdown for the audits in flight to be logged.
     """
 
     upstream: str
@@ -87,88 +90,29 @@ class ProxySettings:
     upstream_api_key_env: str | None = None
     timeout: float = 300.0
     header: bool = True
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
-def audit_inputs(body: dict[str, Any], settings: ProxySettings) -> tuple[str, str] | str:
-    """``(context, query)`` for a request body, or the reason there is none (module doc)."""
-    m = body.get("mnemoscope")
-    if isinstance(m, dict):
-        ctx, q = m.get("context", ""), m.get("query")
-        if not isinstance(ctx, str) or not isinstance(q, str) or not q.strip():
-            return "the mnemoscope object needs a string 'query' (and a string 'context')"
-        return ctx, q
-    msgs = body.get("messages")
-    if settings.context_role and isinstance(msgs, list):
-        ctx = "\n\n".join(
-            _text(mm.get("content"))
-            for mm in msgs
-            if isinstance(mm, dict) and mm.get("role") == settings.context_role
-        )
-        users = [
-            _text(mm.get("content"))
-            for mm in msgs
-            if isinstance(mm, dict) and mm.get("role") == settings.query_role
-        ]
-        if not users or not users[-1].strip():
-            return f"no '{settings.query_role}' message to take the query from"
-        return ctx, users[-1]
-    return "no mnemoscope object in the request (and no --context-role)"
+    audit_queue: int = 16
+    audit_workers: int = 1
+    accept_layouts: tuple[str, ...] = ()
+    stream_verdict: bool = True
+    drain_timeout: float = 60.0
 
 
 def _answer_of(resp: dict[str, Any]) -> str | None:
+    from mnemoscope.pipelines.layout import message_text
+
     try:
         ch = resp["choices"][0]
     except (KeyError, IndexError, TypeError):
         return None
     if isinstance(ch.get("message"), dict):
-        return _text(ch["message"].get("content"))
+        return message_text(ch["message"].get("content"))
     if isinstance(ch.get("text"), str):
         return str(ch["text"])
     return None
 
 
-def sse_answer(raw: bytes) -> str:
-    """The answer text of an OpenAI server-sent-event stream (chat deltas or completion texts)."""
-    parts: list[str] = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:") :].strip()
-        if not data or data == "[DONE]":
-            continue
-        try:
-            ev = json.loads(data)
-            ch = ev["choices"][0]
-        except (ValueError, KeyError, IndexError, TypeError):
-            continue
-        delta = ch.get("delta")
-        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-            parts.append(delta["content"])
-        elif isinstance(ch.get("text"), str):
-            parts.append(ch["text"])
-    return "".join(parts)
-
-
-def _summary(rec: dict[str, Any]) -> dict[str, Any]:
-    ev = rec.get("evidence") or {}
-    return {
-        "id": rec.get("id"),
-        "status": rec.get("status"),
-        "source": rec.get("source"),
-        "p_memory": rec.get("p_memory"),
-        "repcs_z": ev.get("repcs_z"),
-        "error": rec.get("error"),
-        "reason": rec.get("reason"),
-    }
+def _error_body(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": None, "param": None}}
 
 
 def create_proxy_app(
@@ -180,34 +124,67 @@ def create_proxy_app(
 ) -> Any:
     """The proxy app (FastAPI). ``auditor`` is an :class:`EndpointAuditor` (or ``None``: forward
     only, every audit ``failed`` with that reason); ``store`` an :class:`AuditStore` (owned and
-    closed by the app)."""
+    closed by the app, after the audits in flight are logged)."""
     import httpx
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from starlette.requests import ClientDisconnect
 
     from mnemoscope.server.app import audit_record
 
     base = settings.upstream.rstrip("/")
     if not base.endswith("/v1"):
-        from mnemoscope.errors import InputError
-
-        raise InputError(f"--upstream must be the server's base URL ending in /v1, got {settings.upstream!r}")
+        raise InputError(
+            f"--upstream must be the server's base URL ending in /v1, got {settings.upstream!r}",
+            field="upstream",
+        )
     root = base[: -len("/v1")]
-    client = httpx.AsyncClient(timeout=httpx.Timeout(settings.timeout), transport=transport)
-    store_lock = asyncio.Lock()
-    state: dict[str, Any] = {"n_audits": 0, "n_failed": 0, "n_skipped": 0}
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.timeout),
+        transport=transport,
+        limits=httpx.Limits(max_connections=256, max_keepalive_connections=32),
+    )
+    queue = AuditQueue(settings.audit_queue, settings.audit_workers)
+    counts: dict[str, int] = {
+        k: 0 for k in ("audited", "undetermined", "refused", "skipped", "failed", "not_logged")
+    }
+
+    def store_record(rec: dict[str, Any]) -> dict[str, Any]:
+        """Blocking: append to the log (never raises: a log error is recorded on the record)."""
+        try:
+            (seq,) = store.append([rec])
+            rec["seq"] = seq
+        except Exception as e:
+            rec["log_error"] = f"{type(e).__name__}: {e}"
+            counts["not_logged"] += 1
+            log.error("proxy audit %s not logged: %s", rec.get("id"), rec["log_error"])
+        status = str(rec.get("status"))
+        counts[status] = counts.get(status, 0) + 1
+        if status == "failed":
+            log.warning("proxy audit %s failed: %s", rec.get("id"), rec.get("error"))
+        return rec
+
+    async def log_now(rec: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(store_record, rec)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            left = await queue.drain(settings.drain_timeout)
+            if left:
+                log.error(
+                    "proxy shutdown: %d audits still running after %.0f s, not logged",
+                    left,
+                    settings.drain_timeout,
+                )
             await client.aclose()
             store.close()
 
     app = FastAPI(
         title="mnemoscope audit proxy",
-        description="OpenAI-compatible pass-through that audits every answer (docs/endpoint.md)",
+        description="OpenAI-compatible pass-through that audits every answer (docs/proxy.md)",
         lifespan=lifespan,
     )
 
@@ -220,46 +197,51 @@ def create_proxy_app(
             h["authorization"] = f"Bearer {key}"
         return h
 
-    def run_audit(aid: str, ctx: str, query: str, answer: str, meta: dict[str, Any]) -> dict[str, Any]:
-        """Blocking: audit one answer and build its log record (never raises)."""
-        t0 = time.perf_counter()
-        rec: dict[str, Any] = {"id": aid, "created_at": time.time(), "via": "proxy", **meta}
-        try:
-            if auditor is None:
-                raise RuntimeError("no auditor configured")
-            if not answer.strip():
-                raise ValueError("the upstream answer is empty: nothing to audit")
-            (res,) = auditor.audit([AuditRequest(ctx, query, answer=answer, id=aid)])
-            if isinstance(res, AuditFailure):
-                raise RuntimeError(f"HTTP {res.status}: {res.message}")
-            rec.update(audit_record(res), status="audited")
-            rec["model"] = {k: auditor.model_info.get(k) for k in ("name", "fingerprint", "spec", "adapter")}
-            rec["profile_hash"] = auditor.profile.content_hash
-        except Exception as e:
-            rec.update(status="failed", error=f"{type(e).__name__}: {e}", anomaly_flag=False)
-        rec["latency_ms"] = (time.perf_counter() - t0) * 1000.0
-        return rec
+    def passthrough_headers(resp: httpx.Response) -> dict[str, str]:
+        return {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
 
-    async def audit_and_store(
-        aid: str, ctx: str, query: str, answer: str, meta: dict[str, Any]
-    ) -> dict[str, Any]:
-        rec = await asyncio.to_thread(run_audit, aid, ctx, query, answer, meta)
-        try:
-            async with store_lock:
-                (seq,) = await asyncio.to_thread(store.append, [rec])
-            rec["seq"] = seq
-        except Exception as e:
-            rec["status"] = "failed" if rec.get("status") != "audited" else "audited-not-logged"
-            rec["log_error"] = f"{type(e).__name__}: {e}"
-        key = "n_audits" if rec.get("status") == "audited" else "n_failed"
-        state[key] += 1
-        if rec.get("status") != "audited":
-            log.warning("proxy audit %s: %s %s", aid, rec.get("error", ""), rec.get("log_error", ""))
-        return rec
+    def with_audit_header(headers: dict[str, str], rec: dict[str, Any]) -> dict[str, str]:
+        if settings.header:
+            headers["X-Mnemoscope-Audit"] = json.dumps(summary(rec), ensure_ascii=True)
+        return headers
+
+    async def audit_answer(located: Any, answer: str, aid: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Audit (through the bounded queue) and log; a full queue sheds it as ``skipped``."""
+        task = queue.submit(
+            lambda: store_record(
+                audit_app_prompt(
+                    auditor,
+                    located,
+                    answer,
+                    aid,
+                    meta,
+                    accept_layouts=settings.accept_layouts,
+                    record_of=audit_record,
+                )
+            )
+        )
+        if task is None:
+            return await log_now(
+                base_record(
+                    aid,
+                    meta,
+                    "skipped",
+                    reason=f"audit queue full ({queue.max_pending} audits in flight, --audit-queue): shed, "
+                    "the answer passed unaudited",
+                )
+            )
+        return dict(await asyncio.shield(task))  # a client gone does not cancel the audit
 
     @app.get("/mnemoscope/health")
     async def health() -> Any:
-        return {"status": "ok", "upstream": base, **state}
+        return {
+            "status": "ok",
+            "upstream": base,
+            "audits_in_flight": queue.pending,
+            "audit_queue": queue.max_pending,
+            "n_shed": queue.n_shed,
+            **{f"n_{k}": v for k, v in counts.items()},
+        }
 
     @app.get("/mnemoscope/audits/{audit_id}")
     async def get_audit(audit_id: str) -> Any:
@@ -268,97 +250,215 @@ def create_proxy_app(
             return JSONResponse({"detail": f"no audit {audit_id} (yet)"}, status_code=404)
         return rec
 
-    async def forward(request: Request, path: str, body: bytes) -> httpx.Response:
-        url = f"{root}/{path}"
-        req = client.build_request(
-            request.method, url, content=body, headers=upstream_headers(request), params=request.query_params
-        )
-        return await client.send(req, stream=True)
+    class Relay(StreamingResponse):
+        """A streamed answer whose iterator is always closed (upstream connection released)."""
 
-    def passthrough_headers(resp: httpx.Response) -> dict[str, str]:
-        return {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await super().__call__(scope, receive, send)
+            except (ClientDisconnect, OSError):
+                pass  # the client left: the iterator's cleanup records it
+            except _UpstreamCut:
+                pass  # returning mid-body makes the server drop the connection: the client sees the cut
+            finally:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
     async def proxy(path: str, request: Request) -> Any:
         raw = await request.body()
-        audited = (
-            request.method == "POST" and path.removeprefix("v1/") in AUDITED_PATHS and path.startswith("v1/")
-        )
         body: dict[str, Any] | None = None
-        if audited:
+        if request.method == "POST" and path in AUDITED_PATHS:
             try:
                 parsed = json.loads(raw) if raw else None
                 body = parsed if isinstance(parsed, dict) else None
             except ValueError:
                 body = None
+        spec: Any = None
         if body is not None and "mnemoscope" in body:
-            fwd = {k: v for k, v in body.items() if k != "mnemoscope"}
-            raw_fwd = json.dumps(fwd).encode()
-        else:
-            raw_fwd = raw
-        try:
-            resp = await forward(request, path, raw_fwd)
-        except httpx.HTTPError as e:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"mnemoscope proxy: upstream {root}/{path} unreachable ({type(e).__name__})"
-                    }
-                },
-                status_code=502,
-            )
-        inputs = audit_inputs(body, settings) if body is not None else "not an audited request"
-        if body is None or isinstance(inputs, str) or resp.status_code != 200:
-            if body is not None:
-                state["n_skipped"] += 1
-            content = await resp.aread()
-            await resp.aclose()
-            headers = passthrough_headers(resp)
-            if body is not None and settings.header:
-                reason = inputs if isinstance(inputs, str) else f"upstream status {resp.status_code}"
-                headers["X-Mnemoscope-Audit"] = json.dumps({"status": "skipped", "reason": reason})
-            return Response(content=content, status_code=resp.status_code, headers=headers)
-        ctx, query = inputs
+            m = body["mnemoscope"]
+            spec = m.get("context") if isinstance(m, dict) else m
+            raw = json.dumps({k: v for k, v in body.items() if k != "mnemoscope"}).encode()
         aid = uuid.uuid4().hex
-        meta = {"upstream": base, "path": path, "stream": bool(body.get("stream"))}
-        if body.get("stream"):
+        stream = bool(body and body.get("stream"))
+        meta = {"upstream": base, "path": path, "stream": stream}
+        url = f"{root}/{path}"
+        try:
+            req = client.build_request(
+                request.method,
+                url,
+                content=raw,
+                headers=upstream_headers(request),
+                params=request.query_params,
+            )
+            resp = await client.send(req, stream=True)
+        except httpx.TimeoutException as e:
+            msg = f"mnemoscope proxy: upstream {url} timed out after {settings.timeout:g} s ({type(e).__name__})"
+            return await upstream_failed(body, aid, meta, msg, 504, "upstream_timeout")
+        except httpx.HTTPError as e:
+            msg = f"mnemoscope proxy: upstream {url} unreachable ({type(e).__name__}: {e})"
+            return await upstream_failed(body, aid, meta, msg, 502, "upstream_unreachable")
+        if body is None:  # not an audited request: pass through as it comes
+            return Relay(_plain(resp), status_code=resp.status_code, headers=passthrough_headers(resp))
+        try:
+            located = locate_context(
+                body, spec, context_role=settings.context_role, query_role=settings.query_role
+            )
+        except InputError as e:
+            located = f"InputError: {e}"
+        if resp.status_code != 200:
+            content = await _read_closing(resp)
+            rec = await log_now(
+                base_record(
+                    aid,
+                    meta,
+                    "failed",
+                    error=f"upstream answered HTTP {resp.status_code}: "
+                    f"{content[:300].decode('utf-8', errors='replace')}",
+                )
+            )
+            return Response(
+                content, resp.status_code, headers=with_audit_header(passthrough_headers(resp), rec)
+            )
+        if stream:
             headers = passthrough_headers(resp)
             headers["X-Mnemoscope-Audit-Id"] = aid
-            chunks: list[bytes] = []
-
-            async def relay() -> AsyncIterator[bytes]:
-                try:
-                    async for chunk in resp.aiter_raw():
-                        chunks.append(chunk)
-                        yield chunk
-                finally:
-                    await resp.aclose()
-                    answer = sse_answer(b"".join(chunks))
-                    task = asyncio.create_task(audit_and_store(aid, ctx, query, answer, meta))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-
-            return StreamingResponse(relay(), status_code=resp.status_code, headers=headers)
-        content = await resp.aread()
-        await resp.aclose()
+            return Relay(relay(resp, located, aid, meta), status_code=resp.status_code, headers=headers)
+        try:
+            content = await _read_closing(resp)
+        except httpx.HTTPError as e:  # cut or timed out while reading the body
+            msg = f"mnemoscope proxy: the upstream answer broke off ({type(e).__name__}: {e})"
+            return await upstream_failed(body, aid, meta, msg, 502, "upstream_broken")
         headers = passthrough_headers(resp)
         try:
             data = json.loads(content)
         except ValueError:
-            return Response(content=content, status_code=resp.status_code, headers=headers)
-        answer = _answer_of(data) if isinstance(data, dict) else None
-        rec = await audit_and_store(aid, ctx, query, answer or "", meta)
-        if settings.header:
-            headers["X-Mnemoscope-Audit"] = json.dumps(_summary(rec), ensure_ascii=True)
-        if isinstance(data, dict):
-            data["mnemoscope"] = rec
-            content = json.dumps(data, ensure_ascii=False).encode()
+            data = None
+        if not isinstance(data, dict):
+            rec = await log_now(
+                base_record(aid, meta, "failed", error="the upstream answer is not a JSON object")
+            )
+            return Response(content, resp.status_code, headers=with_audit_header(headers, rec))
+        answer = _answer_of(data)
+        if isinstance(located, str):
+            rec = await log_now(_unlocated(aid, meta, located))
+        elif answer is None:
+            rec = await log_now(
+                base_record(aid, meta, "failed", error="no answer text in the upstream's choices")
+            )
+        else:
+            rec = await audit_answer(located, answer, aid, meta)
+        data["mnemoscope"] = rec
         headers.pop("content-type", None)
         return Response(
-            content=content, status_code=resp.status_code, headers=headers, media_type="application/json"
+            json.dumps(data, ensure_ascii=False).encode(),
+            resp.status_code,
+            headers=with_audit_header(headers, rec),
+            media_type="application/json",
         )
 
-    pending: set[asyncio.Task[Any]] = set()
-    app.state.pending = pending
-    app.state.proxy_state = state
+    async def upstream_failed(
+        body: dict[str, Any] | None, aid: str, meta: dict[str, Any], msg: str, status: int, kind: str
+    ) -> Any:
+        headers: dict[str, str] = {}
+        if body is not None:
+            rec = await log_now(base_record(aid, meta, "failed", error=msg))
+            with_audit_header(headers, rec)
+        return JSONResponse(_error_body(msg, kind), status_code=status, headers=headers)
+
+    async def relay(
+        resp: httpx.Response, located: Any, aid: str, meta: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        """Pass the upstream's chunks on as they come; then audit, log, and send the verdict event."""
+        chunks: list[bytes] = []
+        finished = False
+        broke: str | None = None
+        try:
+            try:
+                async for chunk in resp.aiter_raw():
+                    chunks.append(chunk)
+                    yield chunk
+            except httpx.HTTPError as e:  # the upstream broke off or went silent mid-stream
+                broke = (
+                    f"the upstream stream broke off after {sum(map(len, chunks))} bytes "
+                    f"({type(e).__name__}: {e}); the partial answer is not audited"
+                )
+            finished = True
+        finally:
+            await resp.aclose()
+            if not finished:  # the client went away while the answer was streaming
+                n = sum(map(len, chunks))
+                _background(
+                    log_now(
+                        base_record(
+                            aid,
+                            meta,
+                            "failed",
+                            error=f"the client disconnected after {n} bytes of the stream; the upstream "
+                            "request was closed, the partial answer is not audited",
+                        )
+                    )
+                )
+        raw = b"".join(chunks)
+        done = saw_done(raw)
+        if broke is not None:
+            await log_now(base_record(aid, meta, "failed", error=broke))
+            raise _UpstreamCut(broke)  # the client's connection is cut too: it sees what the upstream did
+        if not done and not saw_finish(raw):
+            await log_now(
+                base_record(
+                    aid,
+                    meta,
+                    "failed",
+                    error=f"the upstream stream ended after {len(raw)} bytes without [DONE] or a finish_reason "
+                    "(cut): the partial answer is not audited",
+                )
+            )
+            return
+        if isinstance(located, str):
+            rec = await log_now(_unlocated(aid, meta, located))
+        else:
+            rec = await audit_answer(located, sse_answer(raw), aid, meta)
+        if settings.stream_verdict and done:  # only after [DONE]: before it a client reads events as chunks
+            yield verdict_event(rec)
+
+    pending_logs: set[asyncio.Task[Any]] = set()
+
+    def _background(coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        pending_logs.add(task)
+        task.add_done_callback(pending_logs.discard)
+
+    app.state.queue = queue
+    app.state.counts = counts
+    app.state.pending_logs = pending_logs
     return app
+
+
+class _UpstreamCut(Exception):
+    """The upstream broke a stream off: the client's stream is broken off the same way."""
+
+
+def _unlocated(aid: str, meta: dict[str, Any], why: str) -> dict[str, Any]:
+    """The record of an answer whose context was not located (or whose layout spec is malformed)."""
+    if why.startswith("InputError"):
+        return base_record(aid, meta, "failed", error=why)
+    return base_record(aid, meta, "undetermined", source="undetermined", reason=why)
+
+
+async def _read_closing(resp: Any) -> bytes:
+    try:
+        return bytes(await resp.aread())
+    finally:
+        await resp.aclose()
+
+
+async def _plain(resp: Any) -> AsyncIterator[bytes]:
+    import httpx
+
+    try:
+        async for chunk in resp.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as e:  # the upstream broke off: the client gets what came
+        log.warning("proxy: upstream broke off a pass-through answer: %s: %s", type(e).__name__, e)
+    finally:
+        await resp.aclose()

@@ -1,0 +1,193 @@
+"""The audit proxy's audits: one answer audited on the application's own prompt, and a bounded queue.
+
+:func:`audit_app_prompt` audits what the application sent: its messages (system prompt, few-shot
+turns, history) rendered with the profile's chat template are the with-context prompt; the same
+messages with only the retrieved context removed (:func:`mnemoscope.pipelines.layout.
+locate_context`) are the no-context prompt. Both are traced over the endpoint
+(:func:`mnemoscope.trace.endpoint.trace_endpoint_prompts`, the upstream's answer teacher-forced)
+and the verdict is :meth:`EndpointAuditor.score_endpoint` (the pipeline's, decided nowhere else).
+
+:class:`AuditQueue` bounds the audits in flight (running + waiting). When it is full the answer
+still passes and its audit is ``skipped`` with the reason, in the response and in the log
+(shedding is visible, never silent).
+
+Record statuses: ``audited``; ``undetermined`` (the context could not be located: reason);
+``refused`` (a layout the profile was not calibrated for); ``skipped`` (shed: queue full);
+``failed`` (upstream error, cut stream, client gone, audit error: ``error`` says which).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mnemoscope.errors import InputError
+from mnemoscope.pipelines.layout import LayoutMismatch, Located, check_layout
+
+__all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary"]
+
+
+def base_record(aid: str, meta: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
+    """A log record with what every record needs (the store hashes the whole dict)."""
+    rec: dict[str, Any] = {
+        "id": aid,
+        "created_at": time.time(),
+        "via": "proxy",
+        **meta,
+        "status": status,
+        "anomaly_flag": False,
+        "memory_flag": None,
+        "latency_ms": 0.0,
+    }
+    rec.update(fields)
+    return rec
+
+
+def summary(rec: dict[str, Any]) -> dict[str, Any]:
+    """The compact ``X-Mnemoscope-Audit`` header."""
+    ev = rec.get("evidence") or {}
+    return {
+        "id": rec.get("id"),
+        "status": rec.get("status"),
+        "source": rec.get("source"),
+        "memory_flag": rec.get("memory_flag"),
+        "p_memory": rec.get("p_memory"),
+        "repcs_z": ev.get("repcs_z"),
+        "error": rec.get("error"),
+        "reason": rec.get("reason"),
+    }
+
+
+def audit_app_prompt(
+    auditor: Any,
+    located: Located,
+    answer: str,
+    aid: str,
+    meta: dict[str, Any],
+    *,
+    accept_layouts: tuple[str, ...] = (),
+    record_of: Callable[[Any], dict[str, Any]],
+) -> dict[str, Any]:
+    """Blocking: audit one answer on the application's prompt and build its log record (never raises).
+
+    Args:
+        auditor: an :class:`~mnemoscope.pipelines.endpoint.EndpointAuditor`.
+        located: where the context is (:func:`~mnemoscope.pipelines.layout.locate_context`).
+        answer: the upstream's answer text (teacher-forced on both paths).
+        accept_layouts: layouts audited although the profile was not calibrated on them
+            (recorded as ``layout.calibrated: false``).
+        record_of: the server's result -> record shaping (``server.app.audit_record``).
+    """
+    from mnemoscope.trace.endpoint import trace_endpoint_prompts
+
+    t0 = time.perf_counter()
+    lay = {**located.to_dict(), "calibrated": True}
+    rec = base_record(aid, meta, "failed", layout=lay, query=located.query)
+    try:
+        if auditor is None:
+            raise RuntimeError("no auditor configured")
+        if not answer.strip():
+            raise ValueError("the upstream answer is empty: nothing to audit")
+        try:
+            check_layout(auditor.profile.header, located, profile_name=f"the profile {auditor.profile.path}")
+        except LayoutMismatch as e:
+            if located.layout not in accept_layouts:
+                rec.update(status="refused", reason=e.reason)
+                return rec
+            lay["calibrated"] = False
+        pc = auditor.endpoint_profile.pair_config
+        if located.messages_with is not None:
+            if pc.template.chat_template is None:
+                rec.update(
+                    status="refused",
+                    reason=f"the profile {auditor.profile.path} has no chat template, so chat messages cannot be "
+                    "rendered as the server renders them; calibrate it with --chat-template (e.g. default)",
+                )
+                return rec
+            assert located.messages_without is not None
+            p_with = pc.template.apply_chat_template(located.messages_with, add_generation_prompt=True)
+            p_without = pc.template.apply_chat_template(located.messages_without, add_generation_prompt=True)
+        else:
+            assert located.prompt_with is not None and located.prompt_without is not None
+            p_with, p_without = located.prompt_with, located.prompt_without
+        t, pieces = trace_endpoint_prompts(
+            auditor.client,
+            aid,
+            p_with,
+            p_without,
+            pc,
+            answer=answer,
+            context=located.context,
+            query=located.query,
+            template={"prerendered": True, "layout": lay, "chat_template": pc.template.source},
+        )
+        res = auditor.score_endpoint(t, pieces)
+        if not lay["calibrated"]:
+            res = dataclasses.replace(
+                res,
+                notes=[
+                    *res.notes,
+                    f"layout {located.layout!r} is not the profile's: audited anyway (--accept-layout); "
+                    "the verdict does not carry the profile's guarantee",
+                ],
+            )
+        rec.update(record_of(res), status="audited")
+        rec["layout"] = lay
+        rec["model"] = {k: auditor.model_info.get(k) for k in ("name", "fingerprint", "spec", "adapter")}
+        rec["profile_hash"] = auditor.profile.content_hash
+    except InputError as e:
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+    except Exception as e:
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+    finally:
+        rec["latency_ms"] = (time.perf_counter() - t0) * 1000.0
+    return rec
+
+
+class AuditQueue:
+    """At most ``max_pending`` audits in flight (running + waiting), ``workers`` of them running.
+
+    :meth:`submit` returns ``None`` when full: the caller records the audit as ``skipped``.
+    Audits run in threads (``asyncio.to_thread``) and are not cancelled when the client that
+    caused them goes away; :meth:`drain` waits for them at shutdown.
+    """
+
+    def __init__(self, max_pending: int = 16, workers: int = 1):
+        if max_pending < 1 or workers < 1:
+            raise InputError("the audit queue needs max_pending >= 1 and workers >= 1", field="audit_queue")
+        self.max_pending = max_pending
+        self.workers = workers
+        self._sem: asyncio.Semaphore | None = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.n_shed = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self.tasks)
+
+    def submit(self, job: Callable[[], Any]) -> asyncio.Task[Any] | None:
+        """Schedule ``job`` (blocking, run in a thread) or ``None`` when the queue is full."""
+        if len(self.tasks) >= self.max_pending:
+            self.n_shed += 1
+            return None
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.workers)
+        task = asyncio.create_task(self._run(job, self._sem))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    @staticmethod
+    async def _run(job: Callable[[], Any], sem: asyncio.Semaphore) -> Any:
+        async with sem:
+            return await asyncio.to_thread(job)
+
+    async def drain(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for the audits in flight; returns how many did not finish."""
+        if not self.tasks:
+            return 0
+        _, left = await asyncio.wait(set(self.tasks), timeout=timeout)
+        return len(left)
