@@ -18,6 +18,10 @@ from mnemoscope.server.storage import ProofUnavailable, open_store
 # -- an independent RFC 9162 verifier (from the RFC's prose) -----------------------------------------
 
 
+def b64d(s: str) -> bytes:
+    return base64.b64decode(s)
+
+
 def H(b: bytes) -> bytes:
     return hashlib.sha256(b).digest()
 
@@ -35,7 +39,9 @@ def rfc_mth(d: list[bytes]) -> bytes:
     return H(b"\x01" + rfc_mth(d[:k]) + rfc_mth(d[k:]))
 
 
-def rfc_verify_inclusion(leaf_index: int, tree_size: int, leaf_hash: bytes, path: list[bytes], root: bytes) -> bool:
+def rfc_verify_inclusion(
+    leaf_index: int, tree_size: int, leaf_hash: bytes, path: list[bytes], root: bytes
+) -> bool:
     """RFC 9162 2.1.3.2, step by step."""
     if leaf_index >= tree_size:  # 1
         return False
@@ -204,8 +210,8 @@ def test_store_inclusion_and_consistency_proofs(tmp_path: Path) -> None:
     cp = open_checkpoint(proof["checkpoint"], [signer.verifier])
     assert cp.tree_size == proof["tree_size"] == 24 and cp.origin == "test.example/log"
     leaf = H(b"\x00" + json.dumps(proof["record"], sort_keys=True, separators=(",", ":")).encode())
-    assert leaf.hex() == proof["leaf_hash"]
-    path = [bytes.fromhex(h) for h in proof["inclusion_path"]]
+    assert leaf == b64d(proof["leaf_hash"])
+    path = [b64d(h) for h in proof["inclusion_path"]]
     assert rfc_verify_inclusion(proof["leaf_index"], cp.tree_size, leaf, path, cp.root)
     assert len(json.dumps(path and proof["inclusion_path"])) < 1024
     # newer than the last checkpoint: a writable store checkpoints on demand
@@ -213,15 +219,15 @@ def test_store_inclusion_and_consistency_proofs(tmp_path: Path) -> None:
     assert p29["tree_size"] == 29
     cp29 = open_checkpoint(p29["checkpoint"], [signer.verifier])
     assert rfc_verify_inclusion(
-        28, 29, bytes.fromhex(p29["leaf_hash"]), [bytes.fromhex(h) for h in p29["inclusion_path"]], cp29.root
+        28, 29, b64d(p29["leaf_hash"]), [b64d(h) for h in p29["inclusion_path"]], cp29.root
     )
     with pytest.raises(ProofUnavailable, match="no audit"):
         st.prove("nope")
     c = st.consistency(8, 29)
     assert rfc_verify_consistency(
-        8, 29, bytes.fromhex(c["first_root"]), cp29.root, [bytes.fromhex(h) for h in c["consistency_path"]]
+        8, 29, b64d(c["first_root"]), cp29.root, [b64d(h) for h in c["consistency_path"]]
     )
-    assert open_checkpoint(c["first_checkpoint"], [signer.verifier]).root.hex() == c["first_root"]
+    assert open_checkpoint(c["first_checkpoint"], [signer.verifier]).root == b64d(c["first_root"])
     with pytest.raises(ProofUnavailable):
         st.consistency(10, 99)
     st.append([_rec(30)])

@@ -36,6 +36,7 @@ records; history and counts ask to open it once for writing.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -877,9 +878,9 @@ class AuditStore:
             "seq": seq,
             "leaf_index": seq - 1,
             "tree_size": cp.tree_size,
-            "leaf_hash": lh.hex(),
-            "root": cp.root.hex(),
-            "inclusion_path": [h.hex() for h in path],
+            "leaf_hash": _b64(lh),
+            "root": _b64(cp.root),
+            "inclusion_path": [_b64(h) for h in path],
             "checkpoint": cp.note,
             "record": None if content is None else json.loads(content),
         }
@@ -918,9 +919,9 @@ class AuditStore:
             "log": self.origin,
             "first": first,
             "second": second,
-            "first_root": self.root_at(first).hex(),
-            "second_root": self.root_at(second).hex(),
-            "consistency_path": [h.hex() for h in proof],
+            "first_root": _b64(self.root_at(first)),
+            "second_root": _b64(self.root_at(second)),
+            "consistency_path": [_b64(h) for h in proof],
             "first_checkpoint": notes[first],
             "second_checkpoint": notes[second],
         }
@@ -937,6 +938,10 @@ class AuditStore:
                 with contextlib.suppress(Exception):
                     self._lock_file.close()
                 self._lock_file = None
+
+
+def _b64(h: bytes) -> str:
+    return base64.b64encode(h).decode()
 
 
 def _short(e: BaseException) -> str:
