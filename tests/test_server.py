@@ -21,17 +21,11 @@ from fastapi.testclient import TestClient
 from helpers import tiny_lm
 from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
-from mnemoscope.pipelines.profile import (
-    CalibrationConfig,
-    ProfileError,
-    calibrate_profile,
-    conformal_upper,
-    load_profile,
-)
+from mnemoscope.pipelines.calibrate import calibrate_profile
+from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import hash_key, load_settings
-from mnemoscope.server.records import LEGACY_CRM_FIELDS
 from mnemoscope.server.ledger import (
     GENESIS,
     Checkpoint,
@@ -41,7 +35,9 @@ from mnemoscope.server.ledger import (
     merkle_root,
     verify_log,
 )
+from mnemoscope.server.records import LEGACY_CRM_FIELDS
 from mnemoscope.server.storage import StorageError, open_store
+from mnemoscope.stats.conformal import conformal_upper
 from server_helpers import API_KEY, tiny_records
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -103,7 +99,8 @@ def _rec(i: int, flag: bool = False, t: float | None = None) -> dict[str, Any]:
     return {
         "id": f"id{i}",
         "created_at": t if t is not None else 1000.0 + i,
-        "anomaly_flag": flag,
+        "source": "memory" if flag else "context",
+        "memory_flag": flag,
         "repcs": {"kl": 1.0, "tau": 0.5, "memorized": False},
         "latency_ms": float(i),
         "query": f"q{i}",
@@ -117,12 +114,16 @@ def test_sqlite_store_appends_verifies_and_pages(tmp_path: Path) -> None:
     assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert st._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert st.get("id3")["query"] == "q3" and st.get("nope") is None
-    items, total = st.history(limit=3, offset=0)
-    assert total == 10 and [x["id"] for x in items] == ["id10", "id9", "id8"]
-    items, total = st.history(flag=True)
-    assert total == 3 and all(x["anomaly_flag"] for x in items)
-    items, total = st.history(since=1004.0, until=1006.0)
-    assert total == 3
+    page = st.history(limit=3)
+    assert [x["id"] for x in page.items] == ["id10", "id9", "id8"] and page.next_before_seq == 8
+    assert [x["id"] for x in st.history(limit=3, before_seq=8).items] == ["id7", "id6", "id5"]
+    flagged = st.history(memory_flag=True).items
+    assert [x["id"] for x in flagged] == ["id9", "id6", "id3"] and all(x["memory_flag"] for x in flagged)
+    assert len(st.history(source="context").items) == 7
+    assert len(st.history(since=1004.0, until=1006.0).items) == 3
+    c = st.counts()
+    assert c["by_source"] == {"context": 7, "memory": 3, "mixed": 0, "undetermined": 0}
+    assert c["n_memory_flag"] == 3
     assert [c.tree_size for c in st.checkpoints()] == [4, 8]
     rep = st.verify()
     assert rep.ok and rep.n_entries == 10
@@ -451,16 +452,31 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
     for sp in a["spans"]:
         assert a["answer"][sp["start"] : sp["end"]] == sp["text"]
     got = client.get(f"/v1/audits/{a['id']}", headers=AUTH).json()
-    assert got["crm"] == a["crm"] and got["query"] == "Where is Zor1?" and got["memory_flag"] == a["memory_flag"]
+    assert (
+        got["crm"] == a["crm"] and got["query"] == "Where is Zor1?" and got["memory_flag"] == a["memory_flag"]
+    )
     client.post(
         "/v1/audit", json={"context": "", "query": "Where?", "options": {"max_new_tokens": 2}}, headers=AUTH
     )
     h = client.get("/v1/history", params={"limit": 1}, headers=AUTH).json()
-    assert h["total"] == 2 and len(h["items"]) == 1 and h["items"][0]["seq"] == 2
+    assert len(h["items"]) == 1 and h["items"][0]["seq"] == 2 and h["next_before_seq"] == 2
     assert not set(h["items"][0]) & set(LEGACY_CRM_FIELDS)
-    assert client.get("/v1/history", params={"since": 4e10}, headers=AUTH).json()["total"] == 0
+    h2 = client.get("/v1/history", params={"limit": 1, "before_seq": 2}, headers=AUTH).json()
+    assert [x["seq"] for x in h2["items"]] == [1] and h2["next_before_seq"] is None
+    assert client.get("/v1/history", params={"since": 4e10}, headers=AUTH).json()["items"] == []
     s = client.get("/v1/stats", headers=AUTH).json()
     assert s["n_audits"] == 2 and s["model"]["n_layers"] == 3 and s["latency_ms"]["p50"] > 0
+    assert sum(s["by_source"].values()) == 2 and s["by_source"]["undetermined"] >= 1  # the empty context
+    assert s["n_memory_flag"] == (a["memory_flag"] is True)
+    # history filters read the stored verdict: by source, by memory flag (flag is its old name)
+    for src in ("context", "memory", "mixed", "undetermined"):
+        got_src = client.get("/v1/history", params={"source": src}, headers=AUTH).json()["items"]
+        assert len(got_src) == s["by_source"][src] and all(x["source"] == src for x in got_src)
+    for key in ("memory_flag", "flag"):
+        for val in (True, False):
+            hs = client.get("/v1/history", params={key: str(val).lower()}, headers=AUTH).json()
+            assert all(x["memory_flag"] is val for x in hs["items"])
+            assert len(hs["items"]) == (s["n_memory_flag"] if val else 2 - s["n_memory_flag"])
     assert s["log_head"]["seq"] == 2 and s["log_head"]["last_checkpoint"]["tree_size"] == 2
     m = client.get("/metrics").text
     assert "mnemoscope_audits_total 2.0" in m and "mnemoscope_batch_size_bucket" in m
@@ -476,6 +492,107 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
     assert "mnemoscope_anomalies_total" not in m
 
 
+def test_api_history_bad_filters_say_what_is_wrong(client: Any) -> None:
+    r = client.get("/v1/history", params={"source": "brain"}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == "query.source", r.json()
+    r = client.get("/v1/history", params={"offset": 20}, headers=AUTH)
+    assert r.status_code == 422 and "before_seq" in r.json()["detail"]
+    assert client.get("/v1/history", params={"offset": 0}, headers=AUTH).status_code == 200
+    r = client.get("/v1/history", params={"flag": "true", "memory_flag": "false"}, headers=AUTH)
+    assert r.status_code == 422 and "old name" in r.json()["detail"]
+    r = client.get("/v1/history", params={"before_seq": 0}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == "query.before_seq"
+
+
+def test_api_scores_a_given_answer(client: Any) -> None:
+    """``answer`` is teacher-forced on both paths: the returned answer is the given one, token for token."""
+    given = "It lies on the river Ka1."
+    r = client.post(
+        "/v1/audit",
+        json={"context": "Zor1 lies on Ka1.", "query": "Where is Zor1?", "answer": given},
+        headers=AUTH,
+    )
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["answer"] == given and a["answer_given"] is True
+    assert "".join(t["text"] for t in a["tokens"]) == given and a["n_steps"] == len(a["tokens"])
+    assert client.get(f"/v1/audits/{a['id']}", headers=AUTH).json()["answer_given"] is True
+    r = client.post("/v1/audit", json={"context": "c", "query": "q", "answer": "  "}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == "answer", r.json()
+    r = client.post("/v1/audit", json={"context": "c", "query": "q", "answer": ""}, headers=AUTH)
+    assert r.status_code == 422 and r.json()["field"] == "answer", r.json()
+
+
+def test_api_legacy_crm_fields_switch(lm: Any, profile_dir: Path, tmp_path: Path) -> None:
+    """With legacy_crm_fields the old top-level CRM copies come back (from crm), also in history."""
+    settings = load_settings(
+        None, {"legacy_crm_fields": True, "max_wait_ms": 1}, env={"MNEMOSCOPE_API_KEYS": API_KEY}
+    )
+    eng = Auditor(lm, load_profile(profile_dir))
+    with TestClient(create_app(settings, engine=eng, store=open_store(tmp_path / "l.db"))) as c:
+        a = c.post("/v1/audit", json={"context": "Zor2 lies on Ka2.", "query": "Where?"}, headers=AUTH).json()
+        assert set(LEGACY_CRM_FIELDS) <= set(a)
+        assert (
+            a["anomaly_flag"] == a["crm"]["anomaly_flag"]
+            and a["lts_trajectory"] == a["crm"]["lts_trajectory"]
+        )
+        assert a["generation"] == a["answer"] and a["crm_probability"] == a["crm"]["crm_probability"]
+        item = c.get("/v1/history", headers=AUTH).json()["items"][0]
+        assert item["anomaly_flag"] == a["anomaly_flag"] and item["layers"] == a["crm"]["layers"]
+        # the stored (hashed) record does not carry them: the switch changes responses only
+        st = c.app.state.mnemoscope.store
+        assert st is not None
+        raw = next(iter(st.history(limit=1).items))
+        assert not set(raw) & set(LEGACY_CRM_FIELDS)
+
+
+def test_records_of_an_older_server_are_presented_in_the_new_layout() -> None:
+    from mnemoscope.server.records import present
+
+    old = {
+        "id": "x",
+        "source": "memory",
+        "anomaly_flag": True,
+        "generation": "Paris",
+        "answer": "Paris",
+        "crm": None,
+    }
+    new = present(old, legacy=False)
+    assert new["memory_flag"] is True and not set(new) & set(LEGACY_CRM_FIELDS)
+    assert present({"id": "y", "seq": 3, "pruned": True}, legacy=False) == {
+        "id": "y",
+        "seq": 3,
+        "pruned": True,
+    }
+    assert present(old, legacy=True)["anomaly_flag"] is False  # read from crm (null: not measured)
+
+
+def test_api_profile_card_and_pages(client: Any) -> None:
+    r = client.get("/v1/profile", headers=AUTH)
+    assert r.status_code == 200, r.text
+    p = r.json()
+    assert p["rule"] == "combined" and len(p["hash"]) == 64 and p["card"]
+    assert client.get("/v1/profile").status_code == 401
+    for page, marker in (("/", "dashboard.js"), ("/profile", "profile.js")):
+        r = client.get(page)
+        assert r.status_code == 200 and marker in r.text and '<script src="/static/common.js">' in r.text
+    for asset in ("common.js", "dashboard.js", "profile.js", "dashboard.css"):
+        assert client.get(f"/static/{asset}").status_code == 200
+    assert client.get("/health").json() == {"status": "ok", "auth": "bearer"}
+
+
+def test_anonymous_server_reads_without_a_key(lm: Any, profile_dir: Path, tmp_path: Path) -> None:
+    settings = load_settings(None, {"allow_anonymous": True, "max_wait_ms": 1}, env={})
+    eng = Auditor(lm, load_profile(profile_dir))
+    with TestClient(create_app(settings, engine=eng, store=open_store(tmp_path / "anon.db"))) as c:
+        assert c.get("/health").json()["auth"] == "none"
+        assert (
+            c.post("/v1/audit", json={"context": "Zor5 lies on Ka0.", "query": "Where?"}).status_code == 200
+        )
+        for path in ("/v1/stats", "/v1/history", "/v1/profile"):
+            assert c.get(path).status_code == 200, path
+
+
 def test_api_auth(client: Any) -> None:
     body = {"context": "c", "query": "q"}
     r = client.post("/v1/audit", json=body)
@@ -485,9 +602,9 @@ def test_api_auth(client: Any) -> None:
     assert client.post("/v1/audit", json=body, headers={"Authorization": "Basic abc"}).status_code == 401
     r = client.post("/v1/audit", json=body, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 403 and "not valid" in r.json()["detail"]
-    for path in ("/v1/history", "/v1/stats", "/v1/audits/x", "/v1/log/head"):
+    for path in ("/v1/history", "/v1/stats", "/v1/audits/x", "/v1/log/head", "/v1/profile"):
         assert client.get(path).status_code == 401
-    for path in ("/health", "/ready", "/metrics", "/", "/openapi.json"):
+    for path in ("/health", "/ready", "/metrics", "/", "/profile", "/openapi.json"):
         assert client.get(path).status_code == 200
 
 

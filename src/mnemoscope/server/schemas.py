@@ -201,19 +201,21 @@ class BatchOut(BaseModel):
 
 class HistoryOut(BaseModel):
     items: list[dict[str, Any]] = Field(..., description="audits, newest first (a pruned one is a stub)")
-    total: int = Field(..., description="audits matching the filters")
     limit: int
-    offset: int
+    next_before_seq: int | None = Field(
+        ..., description="pass as before_seq for the next (older) page; null on the last page"
+    )
+    filters: dict[str, Any] = Field(..., description="the filters this page was selected with")
 
 
 class StatsOut(BaseModel):
     model: dict[str, Any]
     profile: dict[str, Any]
     n_audits: int
-    by_source: dict[str, int] | None = Field(
+    by_source: dict[str, int] = Field(
         ..., description="stored audits by where the answer came from (context, memory, mixed, undetermined)"
     )
-    n_memory_flag: int | None = Field(..., description="stored audits the rule flagged as memory")
+    n_memory_flag: int = Field(..., description="stored audits the rule flagged as memory")
     memory_flag_rate: float | None
     latency_ms: dict[str, float | None]
     queue: dict[str, Any]

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from mnemoscope.server.deps import State
+from mnemoscope.server.deps import Settings, State
 
 __all__ = ["router"]
 
@@ -16,9 +16,11 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/health")
-async def health() -> Any:
-    """Liveness: the process answers."""
-    return {"status": "ok"}
+async def health(settings: Settings) -> Any:
+    """Liveness: the process answers. ``auth`` is ``"bearer"`` (an API key is needed for ``/v1``)
+    or ``"none"`` (started with ``--allow-anonymous`` and no keys)."""
+    anonymous = settings.allow_anonymous and not settings.api_key_hashes
+    return {"status": "ok", "auth": "none" if anonymous else "bearer"}
 
 
 @router.get("/ready", responses={503: {"description": "starting, stopping, or database unavailable"}})

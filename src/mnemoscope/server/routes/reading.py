@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 
@@ -12,6 +12,8 @@ from mnemoscope.server.records import present
 from mnemoscope.server.schemas import AuditOut, ErrorOut, HistoryOut
 
 __all__ = ["router"]
+
+Source = Literal["context", "memory", "mixed", "undetermined"]
 
 router = APIRouter(dependencies=KEY_REQUIRED, responses=READ_ERRORS, tags=["log"])
 
@@ -39,18 +41,56 @@ async def get_audit(audit_id: str, store: Store, settings: Settings) -> Any:
 async def history(
     store: Store,
     settings: Settings,
-    limit: int = Query(50, ge=1, le=500),
-    offset: int = Query(0, ge=0, le=10**9),
-    flag: bool | None = Query(None, description="only anomalous (true) or normal (false) audits"),
-    since: float | None = Query(None, ge=0, le=1e11, description="epoch seconds, inclusive"),
-    until: float | None = Query(None, ge=0, le=1e11, description="epoch seconds, inclusive"),
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before_seq: Annotated[
+        int | None,
+        Query(
+            ge=1, le=2**62, description="keyset cursor: only audits with seq < before_seq (next_before_seq)"
+        ),
+    ] = None,
+    source: Annotated[Source | None, Query(description="only answers from this source")] = None,
+    memory_flag: Annotated[
+        bool | None, Query(description="only audits the rule flagged (true) or not (false)")
+    ] = None,
+    flag: Annotated[
+        bool | None,
+        Query(deprecated=True, description="old name of memory_flag (before, it meant CRM's anomaly rule)"),
+    ] = None,
+    since: Annotated[float | None, Query(ge=0, le=1e11, description="epoch seconds, inclusive")] = None,
+    until: Annotated[float | None, Query(ge=0, le=1e11, description="epoch seconds, inclusive")] = None,
+    offset: Annotated[
+        int | None,
+        Query(
+            ge=0, le=10**9, deprecated=True, description="removed (only 0 is accepted): page with before_seq"
+        ),
+    ] = None,
 ) -> Any:
-    """Stored audits, newest first."""
-    items, total = await asyncio.to_thread(
-        store.history, limit=limit, offset=offset, flag=flag, since=since, until=until
+    """Stored audits, newest first, one page at a time: pass ``next_before_seq`` back as
+    ``before_seq`` for the next page (the same cost at any depth)."""
+    if offset:
+        raise HTTPException(
+            422,
+            "offset paging was replaced by keyset paging: pass the previous page's next_before_seq as before_seq",
+        )
+    if flag is not None and memory_flag is not None and flag != memory_flag:
+        raise HTTPException(422, "flag is the old name of memory_flag: pass one of them")
+    mf = memory_flag if memory_flag is not None else flag
+    page = await asyncio.to_thread(
+        store.history,
+        limit=limit,
+        before_seq=before_seq,
+        source=source,
+        memory_flag=mf,
+        since=since,
+        until=until,
     )
-    items = [present(it, legacy=settings.legacy_crm_fields) for it in items]
-    return {"items": items, "total": total, "limit": limit, "offset": offset}
+    items = [present(it, legacy=settings.legacy_crm_fields) for it in page.items]
+    return {
+        "items": items,
+        "limit": limit,
+        "next_before_seq": page.next_before_seq,
+        "filters": {"source": source, "memory_flag": mf, "since": since, "until": until},
+    }
 
 
 @router.get("/v1/log/head")

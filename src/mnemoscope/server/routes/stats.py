@@ -42,9 +42,8 @@ async def stats(run: Ready) -> Any:
     head = await asyncio.to_thread(store.head)
     prof = eng.profile
     n = int(c["n"])
-    # TODO(log helper): counts() by source / memory flag; until then a store without them says null
-    by_source = None if "by_source" not in c else {s: int(c["by_source"].get(s, 0)) for s in SOURCES}
-    n_flag = None if "n_memory_flag" not in c else int(c["n_memory_flag"])
+    by_source = {s: int(c["by_source"].get(s, 0)) for s in SOURCES}
+    n_flag = int(c["n_memory_flag"])
     return {
         "model": eng.model_info,
         "profile": {
@@ -61,7 +60,7 @@ async def stats(run: Ready) -> Any:
         "n_audits": n,
         "by_source": by_source,
         "n_memory_flag": n_flag,
-        "memory_flag_rate": (n_flag / n) if n and n_flag is not None else None,
+        "memory_flag_rate": (n_flag / n) if n else None,
         "latency_ms": _percentiles(c["recent_latency_ms"]),
         "queue": {
             "depth": b.depth,

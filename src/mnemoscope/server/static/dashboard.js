@@ -1,86 +1,86 @@
-// mnemoscope audit dashboard: plain JS, no CDN, talks to the /v1 API with a Bearer key.
+// mnemoscope audit dashboard: plain JS, no CDN, talks to the /v1 API (Bearer key unless anonymous).
+// Verdict first: the audit panel shows the source badge, the highlighted answer, the evidence and the
+// guarantee; RePCS and CRM sit in the collapsed "details" section.
 "use strict";
 (function () {
+  const { state, setKey, api, probeAnonymous, fmt, num, esc } = window.mnemo;
   const $ = (id) => document.getElementById(id);
-  let key = sessionStorage.getItem("mnemoscope-key") || "";
+  const SOURCES = ["context", "memory", "mixed", "undetermined"];
   let profile = null;
   let last = null;
+  let shownFirst = false;
+  let stats = null;
 
-  function headers() {
-    const h = { "Content-Type": "application/json" };
-    if (key) h["Authorization"] = "Bearer " + key;
-    return h;
+  function clearStatus() {
+    for (const id of ["s-model", "s-rule", "s-count", "s-flags", "s-lat", "s-queue"]) $(id).textContent = "-";
+    for (const s of SOURCES) { $("s-src-" + s).textContent = "-"; barOf(s).style.width = "0"; }
   }
-  async function api(path, opts) {
-    const r = await fetch(path, Object.assign({ headers: headers() }, opts || {}));
-    let body = null;
-    try { body = await r.json(); } catch (e) { body = null; }
-    if (!r.ok) {
-      const msg = body && body.detail ? body.detail : r.status + " " + r.statusText;
-      const err = new Error(typeof msg === "string" ? msg : JSON.stringify(msg));
-      err.status = r.status;
-      throw err;
-    }
-    return body;
-  }
-  const fmt = (v, d) => (v === null || v === undefined ? "-" : Number(v).toFixed(d === undefined ? 3 : d));
-  // KL values are often << 0.01: three significant digits instead of a fixed number of decimals
-  function num(v) {
-    if (v === null || v === undefined) return "-";
-    const x = Number(v), ax = Math.abs(x);
-    if (ax === 0 || (ax >= 0.01 && ax < 1e5)) return x.toFixed(ax >= 100 ? 0 : 2);
-    return x.toPrecision(3);
-  }
-  function esc(s) {
-    return String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
-  }
+  const barOf = (s) => document.querySelector('#s-sources tr[data-source="' + s + '"] td.bar span');
+  const canRead = () => state.anonymous || !!state.key;
 
   async function refreshStatus() {
     try {
       const r = await fetch("/ready");
       $("s-ready").textContent = r.ok ? "yes" : "no";
     } catch (e) { $("s-ready").textContent = "unreachable"; }
-    if (!key) { $("keystate").textContent = "enter a key to load data"; return; }
+    if (!canRead()) { $("keystate").textContent = "enter a key to load data"; return; }
     try {
       const s = await api("/v1/stats");
       profile = s.profile;
-      $("keystate").textContent = "key accepted";
+      stats = s;
+      $("keystate").textContent = state.anonymous ? "no key needed (anonymous server)" : "key accepted";
       $("s-model").textContent = s.model.name + (s.model.adapter ? " + " + s.model.adapter : "");
-      $("s-layers").textContent = s.model.n_layers + " (" + s.profile.layers.length + " target)";
+      $("s-rule").textContent = s.profile.rule || "-";
       $("s-count").textContent = s.n_audits;
-      $("s-anomalies").textContent = s.n_anomalies;
-      $("s-rate").textContent = s.anomaly_rate === null ? "-" : (100 * s.anomaly_rate).toFixed(1) + " %";
-      $("s-mem").textContent = s.n_memorized;
+      $("s-flags").textContent = s.n_memory_flag + (s.memory_flag_rate === null ? "" : " (" + (100 * s.memory_flag_rate).toFixed(1) + " %)");
+      const by = s.by_source;
+      const max = Math.max(1, ...SOURCES.map((k) => by[k] || 0));
+      for (const k of SOURCES) {
+        $("s-src-" + k).textContent = String(by[k] || 0);
+        barOf(k).style.width = (100 * (by[k] || 0) / max).toFixed(1) + "%";
+      }
       $("s-lat").textContent = fmt(s.latency_ms.p50, 0) + " / " + fmt(s.latency_ms.p95, 0) + " ms";
       $("s-queue").textContent = s.queue.depth + " / " + s.queue.capacity + " (batch " + s.queue.max_batch_size + ")";
     } catch (e) {
       const denied = e.status === 401 || e.status === 403;
       $("keystate").textContent = denied ? "key rejected: " + e.message : e.message;
-      if (denied) {
-        // do not keep showing what an earlier, accepted key loaded
-        for (const id of ["s-model", "s-layers", "s-count", "s-anomalies", "s-rate", "s-mem", "s-lat", "s-queue"]) $(id).textContent = "-";
-      }
+      if (denied) clearStatus(); // do not keep showing what an earlier, accepted key loaded
     }
   }
 
+  function historyQuery() {
+    const q = new URLSearchParams({ limit: "20" });
+    if ($("f-source").value) q.set("source", $("f-source").value);
+    if ($("f-flag").checked) q.set("memory_flag", "true");
+    return "/v1/history?" + q.toString();
+  }
+
   async function refreshHistory() {
-    if (!key) return;
+    if (!canRead()) return;
     try {
-      const h = await api("/v1/history?limit=20");
+      const h = await api(historyQuery());
+      const src = $("f-source").value, flagOnly = $("f-flag").checked;
+      let of = "";
+      if (stats && !flagOnly) of = " of " + (src ? stats.by_source[src] + " from " + src : stats.n_audits);
+      else if (stats && !src) of = " of " + stats.n_memory_flag + " flagged";
+      $("h-total").textContent = h.items.length + of + " shown";
       $("hist").innerHTML = h.items.map((a) =>
-        '<tr class="' + (a.anomaly_flag ? "flag" : "") + '" data-id="' + esc(a.id) + '">' +
+        '<tr class="' + (a.memory_flag ? "flag" : "") + '" data-id="' + esc(a.id) + '" data-source="' + esc(a.source || "") + '">' +
         "<td>" + esc(a.seq) + "</td>" +
         "<td>" + (a.created_at ? new Date(a.created_at * 1000).toLocaleTimeString() : "-") + "</td>" +
         '<td class="q" title="' + esc(a.query) + '">' + esc(a.pruned ? "(pruned)" : a.query) + "</td>" +
-        '<td class="src-' + esc(a.source) + '">' + esc(a.pruned ? "-" : a.source || "-") + "</td>" +
+        '<td class="src src-' + esc(a.source) + '">' + esc(a.pruned ? "-" : a.source || "-") + "</td>" +
         "<td>" + fmt(a.p_memory, 2) + "</td>" +
-        "<td>" + num(a.repcs && a.repcs.kl) + "</td>" +
-        "<td>" + (a.pruned ? "-" : a.anomaly_flag ? "flagged" : "no") + "</td>" +
+        "<td>" + (a.pruned ? "-" : a.memory_flag ? "flagged" : "no") + "</td>" +
         "<td>" + fmt(a.latency_ms, 0) + " ms</td></tr>").join("");
-      if (!last && h.items.length && !h.items[0].pruned) { last = h.items[0]; drawAll(); }
+      // first load: the newest audit is shown at once (no click needed), unless the URL names one
+      if (!shownFirst && !location.hash && h.items.length && !h.items[0].pruned && !$("f-source").value && !$("f-flag").checked) {
+        shownFirst = true;
+        openAudit(h.items[0].id, false);
+      }
     } catch (e) {
       // the status panel reports auth problems; drop rows loaded with an earlier key
-      if (e.status === 401 || e.status === 403) { $("hist").innerHTML = ""; last = null; drawAll(); }
+      if (e.status === 401 || e.status === 403) { $("hist").innerHTML = ""; $("h-total").textContent = ""; last = null; $("result").hidden = true; }
     }
   }
 
@@ -89,13 +89,13 @@
     const W = cv.width, H = cv.height, L = 64, R = 12, T = 12, B = 30;
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
-    if (!a) { g.fillStyle = "#6b7480"; g.fillText("no audit yet", W / 2 - 30, H / 2); return; }
-    const y = a.lts_trajectory || [], z = a.lts_z || [], layers = a.layers || [], n = y.length;
+    const crm = a && a.crm;
+    if (!crm) { g.fillStyle = "#6b7480"; g.fillText(a ? "CRM not measured for this audit" : "no audit yet", W / 2 - 80, H / 2); return; }
+    const z = crm.lts_z || [], layers = crm.layers || [], n = z.length;
     if (!n) { g.fillStyle = "#6b7480"; g.fillText("no LTS trajectory (CRM not measured)", W / 2 - 90, H / 2); return; }
-    const flagged = new Set(a.flagged_layers);
-    // calibration band: mu +- k sigma recovered from z: mu = y - z*sigma is unknown here, so draw z-space band
+    const flagged = new Set(crm.flagged_layers || []);
     const k = profile && profile.anomaly ? profile.anomaly.k_sigma : 2;
-    const vals = z.concat([k, -k]);
+    const vals = z.filter((v) => v !== null).concat([k, -k]);
     let lo = Math.min.apply(null, vals), hi = Math.max.apply(null, vals);
     const pad = (hi - lo) * 0.1 || 1; lo -= pad; hi += pad;
     const X = (i) => L + (n === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (n - 1));
@@ -108,22 +108,21 @@
     g.textAlign = "center";
     g.save(); g.translate(12, T + (H - T - B) / 2); g.rotate(-Math.PI / 2); g.fillText("z = (LTS - mu) / sigma", 0, 0); g.restore();
     g.strokeStyle = "#2f6fdf"; g.lineWidth = 2; g.beginPath();
-    z.forEach((v, i) => (i ? g.lineTo(X(i), Y(v)) : g.moveTo(X(i), Y(v)))); g.stroke();
+    z.forEach((v, i) => (i ? g.lineTo(X(i), Y(v || 0)) : g.moveTo(X(i), Y(v || 0)))); g.stroke();
     z.forEach((v, i) => {
       const bad = flagged.has(layers[i]);
       g.fillStyle = bad ? "#d93b3b" : "#2f6fdf";
-      g.beginPath(); g.arc(X(i), Y(v), bad ? 5 : 3.5, 0, 2 * Math.PI); g.fill();
+      g.beginPath(); g.arc(X(i), Y(v || 0), bad ? 5 : 3.5, 0, 2 * Math.PI); g.fill();
       if (n <= 40 || i % 2 === 0) { g.fillStyle = "#6b7480"; g.fillText(String(layers[i]), X(i), H - 14); }
     });
     g.fillStyle = "#6b7480"; g.textAlign = "right"; g.fillText("layer", W - R, H - 2); g.textAlign = "left";
   }
 
   function drawKL(a) {
-    if (a && !a.repcs) a = null;
     const cv = $("kl"), g = cv.getContext("2d"), W = cv.width, H = cv.height;
     g.clearRect(0, 0, W, H);
     g.font = "11px system-ui, sans-serif";
-    if (!a) return;
+    if (!a || !a.repcs || a.repcs.kl === null || a.repcs.kl === undefined) return;
     const zv = a.repcs.kl, tau = a.repcs.tau;
     const hasTau = tau !== null && tau !== undefined;
     const hi = Math.max(zv, hasTau ? tau : 0, 1e-9) * 1.25, L = 64, R = 12;
@@ -140,8 +139,6 @@
     g.fillText("Z = " + num(zv) + (a.repcs.memorized ? "  (memorized)" : "  (context used)"), L + 4, 12);
   }
 
-  function drawAll() { drawLTS(last); drawKL(last); }
-
   // the answer with every token wrapped by its source; offsets index into a.answer
   function renderAnswer(a) {
     const el = $("r-answer");
@@ -154,8 +151,8 @@
       span.className = "tok" + (t.source === "context" || t.source === "memory" ? " " + t.source : "");
       span.dataset.source = t.source;
       span.textContent = t.text;
-      span.title = t.source + " | pmi " + num(t.pmi) + " | KL " + num(t.kl) +
-        " | p(with) " + fmt(Math.exp(t.logp_with), 3) + " | p(without) " + fmt(Math.exp(t.logp_without), 3);
+      const p = (lp) => (lp === null || lp === undefined ? "-" : fmt(Math.exp(lp), 3));
+      span.title = t.source + " | pmi " + num(t.pmi) + " | KL " + num(t.kl) + " | p(with) " + p(t.logp_with) + " | p(without) " + p(t.logp_without);
       el.appendChild(span);
     }
   }
@@ -167,6 +164,9 @@
     const badge = $("v-source");
     badge.textContent = src;
     badge.className = "badge " + src;
+    const flag = $("v-flag");
+    flag.textContent = a.memory_flag ? "memory flag" : "not flagged";
+    flag.className = "flag " + (a.memory_flag ? "on" : "off");
     $("v-pmem").textContent = a.p_memory === null || a.p_memory === undefined ? "p_memory not measured" : "p_memory " + fmt(a.p_memory, 2);
     $("v-summary").textContent = a.summary || "";
     renderAnswer(a);
@@ -174,29 +174,27 @@
     const frac = ev.context_token_fraction;
     $("v-evidence").textContent = "Evidence: RePCS Z " + num(ev.repcs_z) + " (tau " + num(ev.tau) + "), closed-book log-prob " +
       num(ev.closed_book_logprob) + " per token, context-supported words " + (frac === null || frac === undefined ? "none attributed" : (100 * frac).toFixed(0) + " %") +
-      (ev.signals_used && ev.signals_used.length ? "; combined: " + ev.signals_used.join(", ") : "");
-    const g = a.guarantee || {};
-    $("v-guarantee").textContent = "Guarantee (" + (a.rule || "") + " rule, alpha " + fmt(g.alpha, 2) + (g.certified ? ", certified" : ", NOT certified") + "): " + (g.statement || "");
+      (ev.signals_used && ev.signals_used.length ? "; combined: " + ev.signals_used.join(", ") : "") +
+      (a.answer_given ? "; the answer was given by the caller and scored" : "");
+    const gu = a.guarantee || {};
+    $("v-guarantee").textContent = "Guarantee (" + (a.rule || "") + " rule, alpha " + fmt(gu.alpha, 2) + ", n = " + (gu.n_calibration === undefined ? "-" : gu.n_calibration) +
+      (gu.certified ? ", certified" : ", NOT certified") + "): " + (gu.statement || "");
     const rp = $("v-repcs");
-    rp.textContent = "RePCS " + (a.repcs.memorized ? "memorized" : "context used") + " (Z " + num(a.repcs.kl) + " vs tau " + num(a.repcs.tau) + ")";
-    rp.className = "verdict";
-    const an = $("v-anomaly");
-    an.textContent = "CRM anomaly rule: " + (a.anomaly_flag ? "flagged" : "not flagged") + " (score " + fmt(a.anomaly_score, 2) + ")";
-    an.className = "verdict";
+    rp.textContent = a.repcs ? "RePCS " + (a.repcs.memorized ? "memorized" : "context used") + " (Z " + num(a.repcs.kl) + " vs tau " + num(a.repcs.tau) + ")" : "RePCS not measured";
+    const crm = a.crm;
+    $("v-anomaly").textContent = crm ? "CRM anomaly rule: " + (crm.anomaly_flag ? "flagged" : "not flagged") + " (score " + fmt(crm.anomaly_score, 2) + ")" : "CRM not measured";
     const cr = $("v-crm");
-    cr.hidden = a.crm_probability === null || a.crm_probability === undefined;
-    cr.textContent = "CRM classifier " + fmt(a.crm_probability, 2);
-    cr.className = "verdict";
+    cr.hidden = !crm || crm.crm_probability === null || crm.crm_probability === undefined;
+    cr.textContent = "CRM classifier " + fmt(crm && crm.crm_probability, 2);
     $("r-meta").textContent = "id " + a.id + " · seq " + a.seq + " · " + fmt(a.latency_ms, 0) + " ms";
-    drawAll();
+    drawLTS(a); drawKL(a);
   }
 
   // audit detail: a history row (or #/audit/<id>) opens that audit in the same view
-  async function openAudit(id) {
+  async function openAudit(id, scroll) {
     try {
-      const a = await api("/v1/audits/" + encodeURIComponent(id));
-      showResult(a);
-      $("result").scrollIntoView({ block: "nearest" });
+      showResult(await api("/v1/audits/" + encodeURIComponent(id)));
+      if (scroll) $("result").scrollIntoView({ block: "nearest" });
     } catch (e) {
       $("error").textContent = e.message; $("error").hidden = false;
     }
@@ -207,22 +205,27 @@
   });
   window.addEventListener("hashchange", () => {
     const m = location.hash.match(/^#\/audit\/(.+)$/);
-    if (m && key) openAudit(decodeURIComponent(m[1]));
+    if (m && canRead()) openAudit(decodeURIComponent(m[1]), true);
   });
 
   $("keyform").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    key = $("apikey").value.trim();
-    sessionStorage.setItem("mnemoscope-key", key);
+    setKey($("apikey").value.trim());
     refreshStatus(); refreshHistory();
   });
+  $("histfilter").addEventListener("change", () => refreshHistory());
+  $("histfilter").addEventListener("submit", (ev) => ev.preventDefault());
 
   $("auditform").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     $("error").hidden = true;
     $("submit").disabled = true; $("busy").textContent = "auditing...";
+    const body = { context: $("context").value, query: $("query").value };
+    const given = $("answer").value;
+    if (given.trim()) body.answer = given;
     try {
-      const a = await api("/v1/audit", { method: "POST", body: JSON.stringify({ context: $("context").value, query: $("query").value }) });
+      const a = await api("/v1/audit", { method: "POST", body: JSON.stringify(body) });
+      shownFirst = true;
       showResult(a);
       refreshStatus(); refreshHistory();
     } catch (e) {
@@ -232,9 +235,18 @@
     }
   });
 
-  $("apikey").value = key;
-  drawAll();
-  refreshStatus(); refreshHistory();
-  { const m = location.hash.match(/^#\/audit\/(.+)$/); if (m && key) openAudit(decodeURIComponent(m[1])); }
-  setInterval(() => { refreshStatus(); refreshHistory(); }, 5000);
+  async function start() {
+    if (await probeAnonymous()) {
+      $("keyform").hidden = true;
+    } else {
+      $("apikey").value = state.key;
+    }
+    drawLTS(null); drawKL(null);
+    await refreshStatus();
+    await refreshHistory();
+    const m = location.hash.match(/^#\/audit\/(.+)$/);
+    if (m && canRead()) openAudit(decodeURIComponent(m[1]), false);
+    setInterval(() => { refreshStatus(); refreshHistory(); }, 5000);
+  }
+  start();
 })();
