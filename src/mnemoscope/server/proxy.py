@@ -130,7 +130,7 @@ def create_proxy_app(
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from starlette.requests import ClientDisconnect
 
-    from mnemoscope.server.app import audit_record
+    from mnemoscope.server.records import audit_record
 
     base = settings.upstream.rstrip("/")
     if not base.endswith("/v1"):

@@ -4,8 +4,8 @@
 turns, history) rendered with the profile's chat template are the with-context prompt; the same
 messages with only the retrieved context removed (:func:`mnemoscope.pipelines.layout.
 locate_context`) are the no-context prompt. Both are traced over the endpoint
-(:func:`mnemoscope.trace.endpoint.trace_endpoint_prompts`, the upstream's answer teacher-forced)
-and the verdict is :meth:`EndpointAuditor.score_endpoint` (the pipeline's, decided nowhere else).
+(``AuditRequest(prompts=...)`` through :meth:`Auditor.audit`: the upstream's answer teacher-forced,
+the audit's hooks and span as for any audit) and the verdict is the pipeline's, decided nowhere else.
 
 :class:`AuditQueue` bounds the audits in flight (running + waiting). When it is full the answer
 still passes and its audit is ``skipped`` with the reason, in the response and in the log
@@ -81,7 +81,7 @@ def audit_app_prompt(
             (recorded as ``layout.calibrated: false``).
         record_of: the server's result -> record shaping (``server.app.audit_record``).
     """
-    from mnemoscope.trace.endpoint import trace_endpoint_prompts
+    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
 
     t0 = time.perf_counter()
     lay = {**located.to_dict(), "calibrated": True}
@@ -113,18 +113,24 @@ def audit_app_prompt(
         else:
             assert located.prompt_with is not None and located.prompt_without is not None
             p_with, p_without = located.prompt_with, located.prompt_without
-        t, pieces = trace_endpoint_prompts(
-            auditor.client,
-            aid,
-            p_with,
-            p_without,
-            pc,
-            answer=answer,
-            context=located.context,
-            query=located.query,
-            template={"prerendered": True, "layout": lay, "chat_template": pc.template.source},
+        (res,) = auditor.audit(
+            [
+                AuditRequest(
+                    located.context,
+                    located.query or "(no separate query: the question is part of the prompt)",
+                    answer=answer,
+                    id=aid,
+                    prompts=(p_with, p_without),
+                    prompt_info={"layout": lay, "chat_template": pc.template.source},
+                )
+            ]
         )
-        res = auditor.score_endpoint(t, pieces)
+        if isinstance(res, AuditFailure):
+            where = f" (field {res.field})" if res.field else ""
+            rec.update(
+                status="failed", error=f"{res.kind or 'AuditFailure'} {res.status}: {res.message}{where}"
+            )
+            return rec
         if not lay["calibrated"]:
             res = dataclasses.replace(
                 res,
@@ -138,8 +144,6 @@ def audit_app_prompt(
         rec["layout"] = lay
         rec["model"] = {k: auditor.model_info.get(k) for k in ("name", "fingerprint", "spec", "adapter")}
         rec["profile_hash"] = auditor.profile.content_hash
-    except InputError as e:
-        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
     except Exception as e:
         rec.update(status="failed", error=f"{type(e).__name__}: {e}")
     finally:
