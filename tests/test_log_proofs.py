@@ -237,3 +237,49 @@ def test_store_inclusion_and_consistency_proofs(tmp_path: Path) -> None:
         ro.prove("a30")
     assert ro.prove("a1")["tree_size"] == 29
     ro.close()
+
+
+# -- the CLI: keygen, prove, check-proof offline, verify --since ---------------------------------------
+
+
+def test_cli_keygen_prove_check_proof_and_verify_since(tmp_path: Path, capsys: Any) -> None:
+    from mnemoscope.cli.main import main
+
+    key = tmp_path / "log.key"
+    assert main(["log", "keygen", "t.example/log", "--out", str(key)]) == 0
+    assert (key.stat().st_mode & 0o777) == 0o600 and Path(f"{key}.pub").is_file()
+    assert main(["log", "keygen", "t.example/log", "--out", str(key)]) != 0  # no silent rotation
+    db = tmp_path / "c.db"
+    st = open_store(db, checkpoint_every=4, signing_key=key)
+    st.append([_rec(i) for i in range(1, 11)])
+    st.close()
+    out = tmp_path / "proof.json"
+    assert main(["log", "prove", "a3", "--db", str(db), "--out", str(out)]) == 0
+    pub = f"{key}.pub"
+    assert main(["log", "check-proof", str(out), "--key", pub]) == 0
+    assert "audit a3 is leaf 2" in capsys.readouterr().out
+    # a changed record, a changed path, another key: all refused
+    doc = json.loads(out.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**doc, "record": {**doc["record"], "source": "context"}}))
+    assert main(["log", "check-proof", str(bad), "--key", pub]) == 3
+    assert "record does not match" in capsys.readouterr().out
+    bad.write_text(json.dumps({**doc, "leaf_index": 3, "record": None}))
+    assert main(["log", "check-proof", str(bad), "--key", pub]) == 3
+    other = Signer.generate("t.example/log")
+    assert main(["log", "check-proof", str(out), "--key", str(other.verifier)]) == 3
+    assert "not signed by a trusted key" in capsys.readouterr().out
+    cons = tmp_path / "cons.json"
+    assert main(["log", "consistency", "4", "8", "--db", str(db), "--out", str(cons)]) == 0
+    assert main(["log", "check-proof", str(cons), "--key", pub]) == 0
+    # verify, save the checkpoint, resume from it
+    saved = tmp_path / "cp.txt"
+    assert main(["log", "verify", "--db", str(db), "--key", pub, "--save-checkpoint", str(saved)]) == 0
+    assert "tree size" not in capsys.readouterr().out
+    st = open_store(db, checkpoint_every=4, signing_key=key)
+    st.append([_rec(i) for i in range(11, 15)])
+    st.close()
+    assert main(["log", "verify", "--db", str(db), "--since", str(saved), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["since"] == 8 and rep["n_entries"] == 6 and rep["last_checkpoint"] == 12
+    assert main(["log", "prove", "nope", "--db", str(db)]) != 0

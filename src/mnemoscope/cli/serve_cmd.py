@@ -1,9 +1,8 @@
-"""``mnemoscope calibrate | serve | log verify | apikey hash``: the audit service."""
+"""``mnemoscope calibrate | serve | apikey hash``: the audit service (``log ...`` is in log_cmd)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -86,15 +85,6 @@ def register(sub: Any) -> None:
     )
     add_endpoint_args(s)
     s.set_defaults(func=_serve)
-
-    lg = sub.add_parser("log", help="the tamper-evident audit log")
-    lsub = lg.add_subparsers(dest="log_command", metavar="ACTION", required=True)
-    v = lsub.add_parser(
-        "verify", help="check the hash chain and Merkle checkpoints; report the first problem"
-    )
-    v.add_argument("--db", required=True, metavar="URL_OR_PATH")
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(func=_verify)
 
     k = sub.add_parser("apikey", help="API key helpers")
     ksub = k.add_subparsers(dest="key_command", metavar="ACTION", required=True)
@@ -211,26 +201,6 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 1,
     )
     return 0
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from mnemoscope.server.storage import open_store
-
-    store = open_store(args.db, readonly=True)
-    try:
-        rep = store.verify()
-    finally:
-        store.close()
-    if args.json:
-        print(json.dumps(rep.to_dict(), indent=1))
-    elif rep.ok:
-        print(
-            f"ok: {rep.n_entries} records ({rep.n_pruned} pruned), {rep.n_checkpoints} checkpoints, "
-            f"head {rep.head}"
-        )
-    else:
-        print(f"FAILED at seq {rep.seq} (id {rep.record_id}): {rep.problem}")
-    return 0 if rep.ok else 3
 
 
 def _hash(args: argparse.Namespace) -> int:

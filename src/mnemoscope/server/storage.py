@@ -873,6 +873,7 @@ class AuditStore:
         except ProofError as e:
             raise StorageError(f"cannot build the proof: {e}") from e
         return {
+            "kind": "inclusion",
             "log": self.origin,
             "id": audit_id,
             "seq": seq,
@@ -916,6 +917,7 @@ class AuditStore:
             cp = self._read(lambda s=s: self._latest_checkpoint_at(s))
             notes[s] = None if cp is None else cp.note
         return {
+            "kind": "consistency",
             "log": self.origin,
             "first": first,
             "second": second,
