@@ -283,3 +283,40 @@ def test_cli_keygen_prove_check_proof_and_verify_since(tmp_path: Path, capsys: A
     rep = json.loads(capsys.readouterr().out)
     assert rep["since"] == 8 and rep["n_entries"] == 6 and rep["last_checkpoint"] == 12
     assert main(["log", "prove", "nope", "--db", str(db)]) != 0
+
+
+# -- the HTTP routes -----------------------------------------------------------------------------------
+
+
+def test_proof_routes(tmp_path: Path) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from mnemoscope.server.deps import get_store, require_key
+    from mnemoscope.server.routes import proofs
+
+    signer = Signer.generate("t.example/log")
+    st = open_store(tmp_path / "api.db", checkpoint_every=4, signing_key=signer)
+    st.append([_rec(i) for i in range(1, 8)])
+    app = FastAPI()
+    app.include_router(proofs.router)
+    app.dependency_overrides[get_store] = lambda: st
+    app.dependency_overrides[require_key] = lambda: None
+    with TestClient(app) as c:
+        r = c.get("/v1/audits/a6/proof")
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert doc["tree_size"] == 7  # written on demand: no checkpoint covered seq 6
+        cp = open_checkpoint(doc["checkpoint"], [signer.verifier])
+        leaf = b64d(doc["leaf_hash"])
+        assert rfc_verify_inclusion(5, 7, leaf, [b64d(h) for h in doc["inclusion_path"]], cp.root)
+        assert c.get("/v1/audits/zzz/proof").status_code == 404
+        r = c.get("/v1/log/consistency", params={"from": 4, "to": 7})
+        assert r.status_code == 200, r.text
+        d = r.json()
+        assert rfc_verify_consistency(
+            4, 7, b64d(d["first_root"]), cp.root, [b64d(h) for h in d["consistency_path"]]
+        )
+        assert c.get("/v1/log/consistency", params={"from": 9}).status_code == 404
+        assert c.get("/v1/log/consistency", params={"from": 0}).status_code == 422
+    st.close()

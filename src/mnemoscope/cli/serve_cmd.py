@@ -71,6 +71,9 @@ def register(sub: Any) -> None:
     s.add_argument("--dtype", default=None)
     s.add_argument("--profile", default=None, metavar="DIR", help="folder written by `mnemoscope calibrate`")
     s.add_argument("--db", default=None, metavar="URL_OR_PATH", help="SQLite path or postgresql:// URL")
+    s.add_argument(
+        "--log-key", default=None, metavar="FILE", help="checkpoint signing key (mnemoscope log keygen)"
+    )
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
     s.add_argument("--max-batch-size", type=int, default=None)
@@ -175,6 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
             "dtype",
             "profile",
             "db",
+            "log_key",
             "host",
             "port",
             "max_batch_size",

@@ -33,7 +33,7 @@ from mnemoscope.server.config import ServerSettings
 from mnemoscope.server.deps import ServerState
 from mnemoscope.server.metrics import ServerMetrics
 from mnemoscope.server.records import Job, audit_record, process_batch
-from mnemoscope.server.routes import audit, dashboard, health, reading, stats
+from mnemoscope.server.routes import audit, dashboard, health, proofs, reading, stats
 from mnemoscope.server.storage import AuditStore, open_store
 
 __all__ = ["API_VERSION", "audit_record", "create_app", "load_engine"]
@@ -77,7 +77,7 @@ def create_app(
     )
     app.state.mnemoscope = state
     middleware.install(app, state.metrics, max_body_bytes=settings.max_body_bytes)
-    for r in (audit.router, reading.router, stats.router, health.router, dashboard.router):
+    for r in (audit.router, reading.router, proofs.router, stats.router, health.router, dashboard.router):
         app.include_router(r)
     app.mount("/static", StaticFiles(directory=str(dashboard.STATIC)), name="static")
     return app
@@ -89,7 +89,9 @@ async def _lifespan(state: ServerState) -> AsyncIterator[None]:
     if state.engine is None:
         state.engine = await asyncio.get_running_loop().run_in_executor(None, load_engine, settings)
     if state.store is None:
-        state.store = open_store(settings.db, checkpoint_every=settings.checkpoint_every)
+        state.store = open_store(
+            settings.db, checkpoint_every=settings.checkpoint_every, signing_key=settings.log_key
+        )
     engine, store = state.engine, state.store
 
     def process(jobs: list[Job], enqueued: list[float]) -> list[Any]:

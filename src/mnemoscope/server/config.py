@@ -63,6 +63,8 @@ class ServerSettings(BaseModel):
     retry_after_s: int = Field(1, ge=0)
     # log
     checkpoint_every: int = Field(64, ge=1)
+    # file holding the checkpoint signing key (`mnemoscope log keygen`); the same on every replica
+    log_key: str | None = None
     retention_days: float | None = Field(None, gt=0)
     store_inputs: bool = True
     # responses: repeat CRM's fields (anomaly_flag & co.) and `generation` at the top level, as
