@@ -177,3 +177,81 @@ def test_threads_flag_on_model_commands(monkeypatch, capsys):
         parser.parse_args(["bench", "run", "--suite", "membership", "--out", "x", "--threads", "0"])
     assert e.value.code == 2
     assert "expected a positive integer or 'auto'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["mnemoscope.bench.reliance", "mnemoscope.bench.corpus"])
+def test_data_generators_require_out(module, capsys):
+    """They never default into the installed package's own data folder."""
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(module).main([])
+    assert e.value.code == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_render_audit_marks_pieces_without_colour():
+    from mnemoscope.cli.render import render_audit, use_colour
+
+    d = {
+        "answer": "The river Zorblat runs.",
+        "spans": [{"source": "context", "start": 10, "end": 17}, {"source": "neutral", "start": 0, "end": 3}],
+        "source": "context",
+        "p_memory": 0.04,
+        "summary": "Answered from the context.",
+        "evidence": {
+            "repcs_z": 22.19,
+            "tau": 5.96,
+            "closed_book_logprob": None,
+            "context_token_fraction": 1.0,
+        },
+        "guarantee": {"statement": "at most 0.05"},
+        "rule": "combined",
+        "notes": ["n1"],
+    }
+    text = render_audit(d, colour=False)
+    assert "The river [ctx: Zorblat] runs." in text
+    assert "Verdict: CONTEXT   p_memory = 0.04" in text
+    assert "closed-book log-prob = not measured" in text and "100 %" in text and "Note: n1" in text
+    assert "\033[" in render_audit(d, colour=True)
+    assert use_colour("always", sys.stdout) and not use_colour("never", sys.stdout)
+
+
+def test_sdist_carries_license_tests_and_what_they_read(tmp_path):
+    """The source distribution (MANIFEST.in) holds the licence, the test helpers, the docs the README
+    links to and the committed result files; the wheel's metadata carries the licence expression."""
+    import tarfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from setuptools import build_meta as b; print(b.build_sdist({str(tmp_path)!r}))",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    name = r.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / name) as tar:
+        members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
+        pkg_info = tar.extractfile(f"{name[: -len('.tar.gz')]}/PKG-INFO").read().decode()  # type: ignore[union-attr]
+    for need in (
+        "LICENSE",
+        "tests/conftest.py",
+        "tests/helpers.py",
+        "tests/server_helpers.py",
+        "docs/architecture.md",
+        "benchmarks/results/verdict/eval.json",
+        "benchmarks/results/verdict/verified.jsonl",
+        "benchmarks/results_manifest.py",
+    ):
+        assert need in members, need
+    assert not any("__pycache__" in m or "/cache/" in m for m in members)
+    assert "License-Expression: Apache-2.0" in pkg_info and "License-File: LICENSE" in pkg_info
+    assert "Project-URL: Documentation" in pkg_info and "Classifier: Typing :: Typed" in pkg_info
+    assert 'Requires-Dist: tomli>=1.1; python_version < "3.11" and extra == "server"' in pkg_info

@@ -1330,7 +1330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Regenerate the authored benchmark corpora (membership, arithmetic, filler).",
     )
     parser.add_argument(
-        "--out", default=str(Path(__file__).parent / "data"), help="output folder (default: the package data)"
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder (required: an installed package's own data is never overwritten; in a "
+        "checkout, src/mnemoscope/bench/data regenerates the shipped files)",
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
