@@ -100,3 +100,250 @@ def test_committed_validation_is_up_to_date():
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the batch report: builders ---------------------------------------------------------------------
+
+XSS_QUERY = '<script>window.__pwned = 1</script> & "quotes" </script><!--'
+XSS_ANSWER = '<img src=x onerror="window.__pwned=2"><script>window.__pwned = 3</script>'
+RTL = "ما هي عاصمة فرنسا؟ עברית"
+LONG = "x" * 5000
+
+
+def _row(rid: str, source: str, p: float, flag: bool, answer: str = "Paris is nice.", **extra):
+    toks = []
+    pos = 0
+    for i, w in enumerate(answer.split(" ")):
+        text = w if i == 0 else " " + w
+        toks.append(
+            {
+                "text": text,
+                "source": ("context", "memory", "neutral")[i % 3],
+                "pmi": 0.5 - i,
+                "kl": 0.1 * i,
+                "logp_with": -1.0,
+                "logp_without": -1.5 + i,
+                "start": pos,
+                "end": pos + len(text),
+            }
+        )
+        pos += len(text)
+    row = {
+        "id": rid,
+        "source": source,
+        "p_memory": p,
+        "memory_flag": flag,
+        "answer": answer,
+        "summary": f"summary of {rid}",
+        "rule": "combined",
+        "evidence": {"repcs_z": 2.5, "tau": 5.9, "closed_book_logprob": -0.5, "context_token_fraction": None},
+        "guarantee": {
+            "alpha": 0.05,
+            "n_calibration": 34,
+            "certified": True,
+            "threshold": 0.9,
+            "statement": "at most 0.05",
+        },
+        "tokens": toks,
+        "notes": [],
+    }
+    row.update(extra)
+    return row
+
+
+def _folder(tmp_path: Path, rows: list[dict], *, tail: str = "", errors: list[dict] | None = None) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "meta.json").write_text(
+        json.dumps(
+            {
+                "format": "mnemoscope-audit-results/1",
+                "model": {"name": "Tiny", "spec": "tiny", "fingerprint": "f" * 64, "adapter": None},
+                "profile_hash": "a" * 64,
+                "settings": {"rule": "combined", "max_new_tokens": 8},
+            }
+        )
+    )
+    (d / "results.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows) + tail)
+    (d / "errors.jsonl").write_text("".join(json.dumps(e) + "\n" for e in errors or []))
+    return d
+
+
+def _inputs(tmp_path: Path, queries: dict[str, str]) -> Path:
+    p = tmp_path / "in.jsonl"
+    p.write_text(
+        "".join(
+            json.dumps({"id": k, "context": "c", "query": q}, ensure_ascii=False) + "\n"
+            for k, q in queries.items()
+        )
+    )
+    return p
+
+
+def _payload_of(html_text: str) -> dict:
+    import base64
+    import gzip
+    import re
+
+    m = re.search(
+        r'<script type="application/json" id="payload" data-encoding="([^"]+)">(.*?)</script>',
+        html_text,
+        re.S,
+    )
+    assert m, "no payload element"
+    enc, blob = m.group(1), m.group(2)
+    if enc == "gzip+base64":
+        return json.loads(gzip.decompress(base64.b64decode(blob)).decode("utf-8"))
+    return json.loads(blob)
+
+
+def _hostile_folder(tmp_path: Path) -> tuple[Path, Path]:
+    rows = [
+        _row("r1", "memory", 0.97, True, answer=XSS_ANSWER),
+        _row("r2", "context", 0.02, False, answer=RTL),
+        _row("r3", "mixed", 0.6, False, answer=LONG),
+        _row("<b>id</b>", "undetermined", 0.8, False),
+    ]
+    errors = [
+        {"id": "e1", "line": 7, "field": "query", "message": "is empty <script>x</script>", "status": 422}
+    ]
+    d = _folder(tmp_path, rows, errors=errors)
+    inp = _inputs(tmp_path, {"r1": XSS_QUERY, "r2": RTL, "r3": LONG, "<b>id</b>": "plain?"})
+    return d, inp
+
+
+def test_html_escapes_everything_from_the_results(tmp_path):
+    from mnemoscope.report.batch import load_run, run_payload
+    from mnemoscope.report.batch_html import render_html
+
+    d, inp = _hostile_folder(tmp_path)
+    run = load_run(d, input_path=inp)
+    page = render_html(run_payload(run))
+    # only the page's own two script elements: the payload and the code
+    assert page.count("<script") == 2
+    assert "<img" not in page and "<b>id</b>" not in page and "<!--" not in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page  # the error message, escaped in the static table
+    payload = _payload_of(page)
+    by_id = {r[0]: r for r in payload["rows"]}
+    assert by_id["r1"][1] == XSS_QUERY and by_id["r2"][1] == RTL and by_id["r3"][1] == LONG
+    i = [r[0] for r in payload["rows"]].index("r1")
+    assert "".join(t[0] for t in payload["detail"][i][4]) == XSS_ANSWER
+    assert payload["counts"] == {"context": 1, "memory": 1, "mixed": 1, "undetermined": 1}
+    assert payload["flagged"] == 1 and payload["n_errors"] == 1
+    assert 'dir="auto"' in page and "overflow-wrap:anywhere" in page
+
+
+def test_large_payload_is_compressed_and_round_trips(tmp_path):
+    from mnemoscope.report.batch import load_run, run_payload
+    from mnemoscope.report.batch_html import render_html
+
+    d, inp = _hostile_folder(tmp_path)
+    payload = run_payload(load_run(d, input_path=inp))
+    page = render_html(payload, compress_over=0)
+    assert 'data-encoding="gzip+base64"' in page
+    assert _payload_of(page) == json.loads(json.dumps(payload))
+
+
+def test_torn_last_line_and_bad_lines_are_listed_and_the_report_renders(tmp_path):
+    from mnemoscope.report.batch import load_run, render_markdown, run_payload
+    from mnemoscope.report.batch_html import render_html
+
+    rows = [_row("a", "memory", 0.95, True), _row("b", "context", 0.1, False)]
+    d = _folder(
+        tmp_path,
+        rows,
+        tail='not json\n{"source": "memory"}\n{"id": "a", "source": "context"}\n{"id": "c", "sour',
+    )
+    run = load_run(d)
+    reasons = [(s.line, s.reason) for s in run.skipped]
+    assert reasons[0][0] == 3 and reasons[0][1].startswith("not valid JSON")
+    assert reasons[1] == (4, "no id (field 'id')")
+    assert reasons[2] == (5, "duplicate id (the first row is kept)")
+    assert reasons[3][0] == 6 and reasons[3][1].startswith("torn last line")
+    assert [r["id"] for r in run.rows] == ["a", "b"]
+    page = render_html(run_payload(run))
+    assert "What this report left out" in page and "torn last line" in page and "line 6" in page
+    assert "4 lines skipped" in render_markdown(run)
+
+
+def test_empty_folder_renders_and_says_so(tmp_path):
+    from mnemoscope.report.batch import load_run, render_markdown, run_payload
+    from mnemoscope.report.batch_html import render_html
+
+    d = tmp_path / "empty"
+    d.mkdir()
+    run = load_run(d)
+    assert run.rows == [] and run.counts == {}
+    page = render_html(run_payload(run))
+    assert "no results.jsonl" in page and "meta.json is missing" in page
+    assert "No audited answers." in page
+    md = render_markdown(run)
+    assert md.startswith("### mnemoscope audit: 0 answers")
+    with pytest.raises(InputError, match="no results folder"):
+        load_run(tmp_path / "nowhere")
+
+
+def test_folder_of_an_older_version(tmp_path):
+    """Rows without memory_flag, p_memory or tokens (an older version): counted as missing, shown."""
+    from mnemoscope.report.batch import load_run, render_markdown, run_payload
+    from mnemoscope.report.batch_html import render_html
+
+    old = [
+        {"id": "o1", "source": "memory", "answer": "Rome.", "spans": [{"text": "Rome.", "source": "memory"}]},
+        {"id": "o2", "source": "context", "answer": "Zorblat."},
+        {"id": "o3", "answer": "?"},
+    ]
+    run = load_run(_folder(tmp_path, old))
+    assert run.missing == {"source": 1, "p_memory": 3, "memory_flag": 3, "tokens": 3, "guarantee": 3}
+    assert run.n_flagged is None
+    payload = run_payload(run)
+    assert payload["counts"] == {"context": 1, "memory": 1, "not recorded": 1}
+    assert payload["threshold"] is None and payload["flagged"] is None
+    assert payload["detail"][0][4] == [["Rome.", 1, None, None, None]]  # spans stand in for tokens
+    assert payload["detail"][1][4] is None
+    page = render_html(payload)
+    assert "lack <code>memory_flag</code>" in page and "No p_memory recorded" in page
+    md = render_markdown(run)
+    assert "not recorded (results of an older version" in md and "3 results lack `p_memory`" in md
+
+
+def test_markdown_escapes_cells_and_stays_short(tmp_path):
+    from mnemoscope.report.batch import load_run, render_markdown
+
+    rows = [_row(f"m{i}", "memory", 0.9 + i / 1000, True) for i in range(30)]
+    rows += [_row("pipe|id", "memory", 0.999, True)]
+    inp = _inputs(
+        tmp_path, {**{f"m{i}": f"q{i}" for i in range(30)}, "pipe|id": "a | b <script>x</script>\nnext"}
+    )
+    md = render_markdown(load_run(_folder(tmp_path, rows), input_path=inp))
+    assert "pipe\\|id" in md and "a \\| b &lt;script&gt;x&lt;/script&gt; next" in md
+    assert "<script" not in md
+    top = [
+        line
+        for line in md.splitlines()
+        if line.startswith("| pipe") or line[:4] in {f"| m{i}" for i in range(10)}
+    ]
+    assert len(top) == 10 and "pipe" in top[0]  # top 10 flagged by p_memory, the 0.999 one first
+    assert len(md) < 3000
+
+
+def test_report_cli(tmp_path, capsys):
+    d, inp = _hostile_folder(tmp_path)
+    assert main(["report", str(d), "--input", str(inp)]) == 0
+    out = capsys.readouterr().out
+    assert "report.html" in out and "4 answers" in out
+    assert (d / "report.html").is_file()
+    assert main(["report", str(d), "--format", "md"]) == 0
+    assert capsys.readouterr().out.startswith("### mnemoscope audit: 4 answers")
+    assert main(["report", str(d), "--format", "md", "--out", str(tmp_path / "s.md")]) == 0
+    assert (tmp_path / "s.md").read_text().startswith("### mnemoscope audit")
+    assert main(["report", str(tmp_path / "missing")]) == 1
+    assert "no results folder" in capsys.readouterr().err
+    # a profile that is not the run's is refused, naming both hashes
+    assert main(["report", str(d), "--profile", str(shipped_default_profile())]) == 1
+    assert "is not the one of this run" in capsys.readouterr().err
+
+
+def test_audit_report_needs_a_batch(capsys):
+    assert main(["audit", "--query", "q?", "--report"]) == 1
+    assert "--report needs --input" in capsys.readouterr().err

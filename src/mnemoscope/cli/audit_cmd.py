@@ -41,6 +41,11 @@ def register(sub: Any) -> None:
     src.add_argument("--input", metavar="FILE", help="JSONL of {id, context, query, answer?} records")
     src.add_argument("--out", metavar="DIR", help="with --input: the results folder (resumable)")
     src.add_argument("--overwrite", action="store_true", help="with --input: start the folder afresh")
+    src.add_argument(
+        "--report",
+        action="store_true",
+        help="with --input: also write DIR/report.html (as `mnemoscope report DIR --input FILE`)",
+    )
     p.add_argument("--profile", metavar="DIR", help="calibration profile (default: the shipped one)")
     p.add_argument(
         "--rule",
@@ -77,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give --query (and --context), or --input FILE --out DIR", field="query")
     if args.input and not args.out:
         raise InputError("--input needs --out DIR", field="out")
+    if getattr(args, "report", False) and not args.input:
+        raise InputError("--report needs --input FILE --out DIR (a batch audit)", field="report")
 
     from mnemoscope.cli.options import load_from_args
     from mnemoscope.integrations import otel
@@ -87,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if args.endpoint:
         from mnemoscope.cli.endpoint_args import audit_endpoint
 
-        return audit_endpoint(args)
+        return _report(args, audit_endpoint(args))
     if args.input and args.engine == "ray":
-        return _run_ray(args)
+        return _report(args, _run_ray(args))
     lm = load_from_args(args)
     profile = load_profile(args.profile or default_profile_path(lm.info), model=lm.info)
     auditor = Auditor(lm, profile, rule=args.rule, batch_size=args.batch_size)
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             f"audited {summary['audited']} records into {args.out}/results.jsonl "
             f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
         )
-        return 0
+        return _report(args, 0)
     (res,) = auditor.audit(
         [AuditRequest(args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens)]
     )
@@ -113,6 +120,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
     return 0
+
+
+def _report(args: argparse.Namespace, rc: int) -> int:
+    """With ``--report`` after a successful batch: write DIR/report.html (cli/report_cmd.py)."""
+    if rc != 0 or not getattr(args, "report", False) or not args.input:
+        return rc
+    from mnemoscope.cli.report_cmd import build_report
+
+    written, _, run = build_report(args.out, input_path=args.input, profile=args.profile)
+    print(f"report: {written} ({len(run.rows)} answers, {len(run.errors)} errors)")
+    return rc
 
 
 def _run_ray(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         proxy_cmd,
         radar_cmd,
         repcs_cmd,
+        report_cmd,
         scar_cmd,
         serve_cmd,
         trace_cmd,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         bench_cmd,
         models_cmd,
         profile_cmd,
+        report_cmd,
         validate_cmd,
     ):
         module.register(sub)

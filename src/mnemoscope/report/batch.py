@@ -1,0 +1,487 @@
+"""A batch audit's results folder, read for people: counts by source, p_memory, every answer.
+
+:func:`load_run` reads a results folder (``results.jsonl``, ``errors.jsonl``, ``meta.json`` as
+written by ``mnemoscope audit --input FILE --out DIR``) tolerantly: a torn last line, a line
+that is not JSON, a row without an id, an empty folder or rows of an older version (no
+``memory_flag``, no ``p_memory``, no ``tokens``) are **listed as skipped or missing, never
+fatal**, so a report always renders and says what it left out. The verdict is read, never
+re-decided: counts come from each row's ``source`` and ``memory_flag``.
+
+:func:`run_payload` turns a run into the compact, column-wise JSON the HTML page embeds
+(:mod:`mnemoscope.report.batch_html`); :func:`render_markdown` writes a short summary that fits
+a pull-request comment.
+
+Example:
+    >>> import tempfile, json, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> row = {"id": "a", "source": "memory", "p_memory": 0.99, "memory_flag": True, "answer": "Paris"}
+    >>> _ = (d / "results.jsonl").write_text(json.dumps(row) + "\\n" + '{"id": "b", "sour')
+    >>> run = load_run(d)
+    >>> run.counts, [s.reason for s in run.skipped]
+    ({'memory': 1}, ['torn last line (the run was interrupted while writing it; a re-run redoes that record)'])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mnemoscope.errors import InputError
+
+__all__ = [
+    "SOURCES",
+    "TOKEN_SOURCES",
+    "BatchRun",
+    "Skipped",
+    "load_run",
+    "render_markdown",
+    "run_payload",
+    "write_report",
+]
+
+#: verdict sources in display order (an unknown source from a newer version is appended)
+SOURCES: tuple[str, ...] = ("context", "memory", "mixed", "undetermined")
+TOKEN_SOURCES: tuple[str, ...] = ("context", "memory", "neutral")
+N_BINS = 20
+_EVIDENCE_ORDER = ("repcs_z", "tau", "closed_book_logprob", "context_token_fraction", "threshold")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A line of the folder that the report could not use, and why."""
+
+    file: str
+    line: int | None
+    reason: str
+    id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "id": self.id, "reason": self.reason}
+
+
+@dataclass
+class BatchRun:
+    """One results folder, read (see :func:`load_run`)."""
+
+    folder: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    skipped: list[Skipped]
+    queries: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    results_mtime: float | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Audited answers by verdict source (rows without a source count as ``"not recorded"``)."""
+        c = Counter(str(r.get("source") or "not recorded") for r in self.rows)
+        order = [s for s in SOURCES if s in c] + sorted(s for s in c if s not in SOURCES)
+        return {s: c[s] for s in order}
+
+    @property
+    def n_flagged(self) -> int | None:
+        """Rows whose rule raised the memory flag; ``None`` when no row records the flag."""
+        flags = [r["memory_flag"] for r in self.rows if isinstance(r.get("memory_flag"), bool)]
+        return sum(flags) if flags else None
+
+    def query_of(self, row: Mapping[str, Any]) -> str | None:
+        q = row.get("query")
+        return q if isinstance(q, str) else self.queries.get(str(row.get("id")))
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, Any, bool]]:
+    """``(line number, parsed object or the JSON error, line ended with a newline)``."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            complete = raw.endswith(b"\n")
+            try:
+                yield lineno, json.loads(raw.decode("utf-8")), complete
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                yield lineno, e, complete
+
+
+def _read_queries(path: Path, skipped: list[Skipped]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not path.is_file():
+        raise InputError(f"{path} does not exist", field="input")
+    for lineno, obj, _ in _jsonl(path):
+        if isinstance(obj, dict) and isinstance(obj.get("query"), str) and obj.get("id") is not None:
+            out[str(obj["id"])] = obj["query"]
+        elif isinstance(obj, Exception):
+            skipped.append(Skipped(path.name, lineno, f"input line is not valid JSON ({obj})"))
+    return out
+
+
+def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> BatchRun:
+    """Read a results folder for a report (module doc).
+
+    Args:
+        folder: the ``--out`` folder of a batch audit.
+        input_path: the audit's ``--input`` file: results rows do not carry the query, so the
+            report takes it from there (matched by id).
+
+    Raises:
+        InputError: the folder does not exist or is not a folder (everything inside it is
+            tolerated and reported).
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise InputError(f"no results folder at {folder}", field="folder")
+    if not folder.is_dir():
+        raise InputError(f"{folder} is not a folder (give the --out DIR of a batch audit)", field="folder")
+    skipped: list[Skipped] = []
+    notes: list[str] = []
+    meta: dict[str, Any] = {}
+    mp = folder / "meta.json"
+    if mp.is_file():
+        try:
+            loaded = json.loads(mp.read_text(encoding="utf-8"))
+            meta = loaded if isinstance(loaded, dict) else {}
+            if not meta:
+                skipped.append(Skipped("meta.json", None, "not a JSON object: provenance unknown"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            skipped.append(Skipped("meta.json", None, f"not valid JSON ({e}): provenance unknown"))
+    else:
+        notes.append("meta.json is missing: the model and profile of this run are unknown")
+    rows: list[dict[str, Any]] = []
+    rp = folder / "results.jsonl"
+    mtime = None
+    if rp.is_file():
+        mtime = rp.stat().st_mtime
+        seen: set[str] = set()
+        for lineno, obj, complete in _jsonl(rp):
+            if isinstance(obj, Exception):
+                reason = (
+                    "torn last line (the run was interrupted while writing it; a re-run redoes that record)"
+                    if not complete
+                    else f"not valid JSON ({obj})"
+                )
+                skipped.append(Skipped("results.jsonl", lineno, reason))
+            elif not isinstance(obj, dict):
+                skipped.append(Skipped("results.jsonl", lineno, "not a JSON object"))
+            elif not isinstance(obj.get("id"), (str, int)) or isinstance(obj.get("id"), bool):
+                skipped.append(Skipped("results.jsonl", lineno, "no id (field 'id')"))
+            elif str(obj["id"]) in seen:
+                skipped.append(
+                    Skipped("results.jsonl", lineno, "duplicate id (the first row is kept)", str(obj["id"]))
+                )
+            else:
+                seen.add(str(obj["id"]))
+                obj["id"] = str(obj["id"])
+                obj["_line"] = lineno
+                rows.append(obj)
+    else:
+        notes.append(f"no results.jsonl in {folder}: nothing was audited (yet)")
+    missing = {
+        name: sum(1 for r in rows if not ok(r.get(name)))
+        for name, ok in (
+            ("source", lambda v: isinstance(v, str)),
+            ("p_memory", lambda v: _finite(v) is not None),
+            ("memory_flag", lambda v: isinstance(v, bool)),
+            ("tokens", lambda v: isinstance(v, list)),
+            ("guarantee", lambda v: isinstance(v, dict)),
+        )
+    }
+    missing = {k: v for k, v in missing.items() if v}
+    errors: list[dict[str, Any]] = []
+    ep = folder / "errors.jsonl"
+    if ep.is_file():
+        for lineno, obj, complete in _jsonl(ep):
+            if isinstance(obj, dict):
+                errors.append(obj)
+            else:
+                reason = "torn last line" if not complete else "not a JSON object"
+                skipped.append(Skipped("errors.jsonl", lineno, reason))
+    queries: dict[str, str] = {}
+    if input_path is not None:
+        queries = _read_queries(Path(input_path), skipped)
+    elif rows and not any(isinstance(r.get("query"), str) for r in rows):
+        notes.append(
+            "results.jsonl does not store the queries: pass --input FILE (the audit's input) to show them"
+        )
+    return BatchRun(
+        folder=folder,
+        meta=meta,
+        rows=rows,
+        errors=errors,
+        skipped=skipped,
+        queries=queries,
+        missing=missing,
+        notes=notes,
+        results_mtime=mtime,
+    )
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def _r(x: Any, digits: int = 4) -> float | None:
+    v = _finite(x)
+    return None if v is None else round(v, digits)
+
+
+def _memory_threshold(rows: Sequence[Mapping[str, Any]]) -> tuple[float | None, str]:
+    """The p_memory threshold the run's rule states (the combined rule's conformal threshold),
+    read from the rows' guarantee; ``None`` with the reason when the rule's threshold is not on
+    p_memory or was not recorded."""
+    seen = Counter(
+        (str(r.get("rule")), _finite((r.get("guarantee") or {}).get("threshold")))
+        for r in rows
+        if isinstance(r.get("guarantee"), dict)
+    )
+    if not seen:
+        return None, "no guarantee recorded in the results"
+    (rule, thr), _ = seen.most_common(1)[0]
+    if rule != "combined":
+        return None, f"the rule {rule!r} states its threshold on another score, not on p_memory"
+    if thr is None:
+        return None, "the guarantee records no threshold"
+    return thr, "the combined rule's conformal threshold on p_memory (from the guarantee)"
+
+
+def _histogram(rows: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
+    edges = np.linspace(0.0, 1.0, N_BINS + 1)
+    out: dict[str, list[int]] = {}
+    for s in sources:
+        vals = [v for r in rows if r.get("source") == s and (v := _finite(r.get("p_memory"))) is not None]
+        out[s] = (
+            np.histogram(np.clip(vals, 0.0, 1.0), bins=edges)[0].astype(int).tolist()
+            if vals
+            else [0] * N_BINS
+        )
+    return {"edges": [round(float(e), 4) for e in edges], "counts": out}
+
+
+def _tokens(row: Mapping[str, Any]) -> list[list[Any]] | None:
+    """Compact tokens ``[text, source index, pmi, kl, logp_with]`` (``logp_without = logp_with - pmi``)."""
+    toks = row.get("tokens")
+    if not isinstance(toks, list):
+        spans = row.get("spans")
+        if isinstance(spans, list):  # an older row with spans only: one piece per span
+            toks = [
+                {"text": s.get("text", ""), "source": s.get("source"), "pmi": s.get("pmi")}
+                for s in spans
+                if isinstance(s, dict)
+            ]
+        else:
+            return None
+    out = []
+    for t in toks:
+        if not isinstance(t, dict):
+            continue
+        src = t.get("source")
+        out.append(
+            [
+                str(t.get("text", "")),
+                TOKEN_SOURCES.index(src) if src in TOKEN_SOURCES else 2,
+                _r(t.get("pmi"), 3),
+                _r(t.get("kl"), 3),
+                _r(t.get("logp_with"), 3),
+            ]
+        )
+    return out
+
+
+def run_payload(
+    run: BatchRun,
+    *,
+    profile_card: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    max_errors: int = 1000,
+) -> dict[str, Any]:
+    """The compact JSON the HTML report embeds (column-wise rows, deduplicated guarantees).
+
+    ``rows``: ``[id, query or None, source index, p_memory (4 digits) or None, memory_flag or
+    None]``; ``detail`` (same order): ``[answer, summary, evidence index list, guarantee index,
+    tokens, notes, results.jsonl line]``.
+    """
+    sources = list(run.counts)
+    guarantees: list[dict[str, Any]] = []
+    g_index: dict[str, int] = {}
+    ev_keys: list[str] = []
+    rows: list[list[Any]] = []
+    detail: list[list[Any]] = []
+    for r in run.rows:
+        g = r.get("guarantee")
+        gi = None
+        if isinstance(g, dict):
+            key = json.dumps(g, sort_keys=True)
+            if key not in g_index:
+                g_index[key] = len(guarantees)
+                guarantees.append(g)
+            gi = g_index[key]
+        ev_in = r.get("evidence")
+        ev: dict[str, Any] = ev_in if isinstance(ev_in, dict) else {}
+        for k in ev:
+            if (
+                k not in ev_keys
+                and isinstance(ev[k], (int, float, type(None)))
+                and not isinstance(ev[k], bool)
+            ):
+                ev_keys.append(k)
+        flag = r.get("memory_flag")
+        rows.append(
+            [
+                r["id"],
+                run.query_of(r),
+                sources.index(str(r.get("source") or "not recorded")),
+                _r(r.get("p_memory")),
+                flag if isinstance(flag, bool) else None,
+            ]
+        )
+        detail.append(
+            [
+                str(r.get("answer", "")) if r.get("answer") is not None else None,
+                r.get("summary") if isinstance(r.get("summary"), str) else None,
+                [_r(ev.get(k)) for k in ev_keys],
+                gi,
+                _tokens(r),
+                [str(n) for n in r.get("notes") or [] if n],
+                r.get("_line"),
+            ]
+        )
+    ev_keys_sorted = ev_keys  # evidence columns in first-seen order (rows may have fewer: padded)
+    for d in detail:
+        d[2] = d[2] + [None] * (len(ev_keys_sorted) - len(d[2]))
+    threshold, threshold_note = _memory_threshold(run.rows)
+    return {
+        "format": "mnemoscope-batch-report/1",
+        "folder": str(run.folder),
+        "meta": run.meta,
+        "provenance": dict(provenance or {}),
+        "results_mtime": run.results_mtime,
+        "profile": dict(profile_card) if profile_card else None,
+        "sources": sources,
+        "counts": run.counts,
+        "n": len(run.rows),
+        "flagged": run.n_flagged,
+        "missing": run.missing,
+        "threshold": threshold,
+        "threshold_note": threshold_note,
+        "hist": _histogram(run.rows, sources),
+        "evidence_keys": ev_keys_sorted,
+        "guarantees": guarantees,
+        "rows": rows,
+        "detail": detail,
+        "errors": run.errors[:max_errors],
+        "n_errors": len(run.errors),
+        "skipped": [s.to_dict() for s in run.skipped],
+        "notes": list(run.notes),
+    }
+
+
+def _md_cell(text: Any, limit: int = 80) -> str:
+    s = " ".join(str(text).split())
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    for a, b in (
+        ("&", "&amp;"),
+        ("<", "&lt;"),
+        (">", "&gt;"),
+        ("|", "\\|"),
+        ("`", "\\`"),
+        ("*", "\\*"),
+        ("_", "\\_"),
+    ):
+        s = s.replace(a, b)
+    return s
+
+
+def render_markdown(run: BatchRun, *, top: int = 10) -> str:
+    """A short Markdown summary of a run that fits a pull-request comment.
+
+    Counts by source, the flagged count, the p_memory quartiles, the ``top`` answers with the
+    highest p_memory among the flagged ones, errors and skipped lines (all cells escaped).
+    """
+    m = run.meta.get("model") or {}
+    lines = [f"### mnemoscope audit: {len(run.rows)} answers", ""]
+    who = []
+    if m:
+        who.append(f"model **{_md_cell(m.get('name') or m.get('spec'))}**")
+    if run.meta.get("profile_hash"):
+        who.append(f"profile `{str(run.meta['profile_hash'])[:12]}`")
+    rule = (run.meta.get("settings") or {}).get("rule")
+    if rule:
+        who.append(f"rule `{_md_cell(rule)}`")
+    if who:
+        lines += [", ".join(who), ""]
+    n = len(run.rows) or 1
+    lines += ["| source | answers | share |", "|---|---:|---:|"]
+    for s, c in run.counts.items():
+        lines.append(f"| {_md_cell(s)} | {c} | {100 * c / n:.1f}% |")
+    flagged = run.n_flagged
+    lines.append("")
+    lines.append(
+        f"- **Flagged as memory:** {flagged} of {len(run.rows)}"
+        if flagged is not None
+        else "- **Flagged as memory:** not recorded (results of an older version without `memory_flag`)"
+    )
+    ps = [v for r in run.rows if (v := _finite(r.get("p_memory"))) is not None]
+    if ps:
+        q = np.quantile(ps, [0.25, 0.5, 0.75])
+        lines.append(f"- **p_memory:** quartiles {q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f} ({len(ps)} answers)")
+    flagged_rows = sorted(
+        (r for r in run.rows if r.get("memory_flag") is True),
+        key=lambda r: -(_finite(r.get("p_memory")) or 0.0),
+    )[:top]
+    if flagged_rows:
+        lines += ["", f"Flagged answers (top {len(flagged_rows)} by p_memory):", ""]
+        lines += ["| id | query | p_memory |", "|---|---|---:|"]
+        for r in flagged_rows:
+            p = _finite(r.get("p_memory"))
+            q_text = run.query_of(r)
+            lines.append(
+                f"| {_md_cell(r['id'], 40)} | {_md_cell(q_text) if q_text else '(not recorded)'} "
+                f"| {'n/a' if p is None else f'{p:.3f}'} |"
+            )
+    tail = list(run.notes)
+    if run.errors:
+        tail.append(f"{len(run.errors)} records could not be audited (errors.jsonl)")
+    if run.skipped:
+        tail.append(f"{len(run.skipped)} lines skipped ({_md_cell(run.skipped[0].reason, 100)}, ...)")
+    for k, v in run.missing.items():
+        tail.append(f"{v} results lack `{k}` (an older version)")
+    if tail:
+        lines += ["", "_" + "; ".join(tail) + "._"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    run: BatchRun,
+    out: str | Path,
+    *,
+    fmt: str = "html",
+    profile_card: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    compress_over: int = 1_000_000,
+) -> Path:
+    """Write the HTML page (``fmt="html"``) or the Markdown summary (``"md"``) of a run to ``out``."""
+    from mnemoscope.report.batch_html import render_html
+
+    out = Path(out)
+    if fmt == "md":
+        text = render_markdown(run)
+    elif fmt == "html":
+        payload = run_payload(run, profile_card=profile_card, provenance=provenance)
+        text = render_html(payload, compress_over=compress_over)
+    else:
+        raise InputError(f"format must be html or md, got {fmt!r}", field="format")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
