@@ -155,6 +155,8 @@ def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> Bat
     else:
         notes.append("meta.json is missing: the model and profile of this run are unknown")
     rows: list[dict[str, Any]] = []
+    missing: dict[str, int] = {}
+    interned: dict[str, dict[str, Any]] = {}
     rp = folder / "results.jsonl"
     mtime = None
     if rp.is_file():
@@ -178,22 +180,12 @@ def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> Bat
                 )
             else:
                 seen.add(str(obj["id"]))
-                obj["id"] = str(obj["id"])
-                obj["_line"] = lineno
-                rows.append(obj)
+                for name, ok in _CHECKS:
+                    if not ok(obj.get(name)):
+                        missing[name] = missing.get(name, 0) + 1
+                rows.append(_slim(obj, lineno, interned))
     else:
         notes.append(f"no results.jsonl in {folder}: nothing was audited (yet)")
-    missing = {
-        name: sum(1 for r in rows if not ok(r.get(name)))
-        for name, ok in (
-            ("source", lambda v: isinstance(v, str)),
-            ("p_memory", lambda v: _finite(v) is not None),
-            ("memory_flag", lambda v: isinstance(v, bool)),
-            ("tokens", lambda v: isinstance(v, list)),
-            ("guarantee", lambda v: isinstance(v, dict)),
-        )
-    }
-    missing = {k: v for k, v in missing.items() if v}
     errors: list[dict[str, Any]] = []
     ep = folder / "errors.jsonl"
     if ep.is_file():
@@ -221,6 +213,44 @@ def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> Bat
         notes=notes,
         results_mtime=mtime,
     )
+
+
+_CHECKS: tuple[tuple[str, Any], ...] = (
+    ("source", lambda v: isinstance(v, str)),
+    ("p_memory", lambda v: _finite(v) is not None),
+    ("memory_flag", lambda v: isinstance(v, bool)),
+    ("tokens", lambda v: isinstance(v, list)),
+    ("guarantee", lambda v: isinstance(v, dict)),
+)
+
+
+def _slim(obj: dict[str, Any], lineno: int, interned: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the report uses of a results row (the rest, e.g. CRM's trajectories, is dropped so that
+    100,000 rows fit in memory); tokens compacted, identical guarantees shared."""
+    g = obj.get("guarantee")
+    if isinstance(g, dict):
+        g = interned.setdefault(json.dumps(g, sort_keys=True), g)
+    ev = obj.get("evidence")
+    notes = obj.get("notes")
+    slim = {
+        "id": str(obj["id"]),
+        "source": obj.get("source"),
+        "p_memory": obj.get("p_memory"),
+        "memory_flag": obj.get("memory_flag"),
+        "answer": obj.get("answer"),
+        "summary": obj.get("summary"),
+        "rule": obj.get("rule"),
+        "evidence": {k: v for k, v in ev.items() if v is None or _finite(v) is not None}
+        if isinstance(ev, dict)
+        else {},
+        "guarantee": g,
+        "notes": [str(n) for n in notes if n] if isinstance(notes, list) else [],
+        "_tokens": _tokens(obj),
+        "_line": lineno,
+    }
+    if isinstance(obj.get("query"), str):
+        slim["query"] = obj["query"]
+    return slim
 
 
 def _finite(x: Any) -> float | None:
@@ -324,14 +354,9 @@ def run_payload(
                 g_index[key] = len(guarantees)
                 guarantees.append(g)
             gi = g_index[key]
-        ev_in = r.get("evidence")
-        ev: dict[str, Any] = ev_in if isinstance(ev_in, dict) else {}
+        ev: dict[str, Any] = r["evidence"]
         for k in ev:
-            if (
-                k not in ev_keys
-                and isinstance(ev[k], (int, float, type(None)))
-                and not isinstance(ev[k], bool)
-            ):
+            if k not in ev_keys:
                 ev_keys.append(k)
         flag = r.get("memory_flag")
         rows.append(
@@ -349,8 +374,8 @@ def run_payload(
                 r.get("summary") if isinstance(r.get("summary"), str) else None,
                 [_r(ev.get(k)) for k in ev_keys],
                 gi,
-                _tokens(r),
-                [str(n) for n in r.get("notes") or [] if n],
+                r["_tokens"],
+                r["notes"],
                 r.get("_line"),
             ]
         )
