@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # llama_servers: the loopback server launchers
 VERIFIED = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "endpoint" / "agreement.json"
 
@@ -94,8 +95,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
 
+    from llama_servers import LlamaCppServer
     from mnemoscope.detectors.repcs import RePCS
-    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig, LlamaCppServer
+    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.models.loader import default_gguf_path
     from mnemoscope.trace.endpoint import EndpointPairConfig, load_chat_template, trace_endpoint_pair
     from mnemoscope.trace.templates import PromptBuilder

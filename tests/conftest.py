@@ -69,7 +69,7 @@ def llama_server(tmp_path_factory):
         if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
         pytest.skip(reason)
-    from mnemoscope.models.endpoint import LlamaCppServer
+    from llama_servers import LlamaCppServer
     from mnemoscope.models.loader import default_gguf_path
 
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"

@@ -526,7 +526,7 @@ def test_a_server_that_tokenizes_differently_is_refused():
             200, json={"choices": [{"text": text, "logprobs": lp, "finish_reason": "length"}], "usage": usage}
         )
 
-    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    c = EndpointClient(EndpointConfig("http://mock/v1", method="echo"), transport=httpx.MockTransport(handler))
     cfg = EndpointPairConfig(
         builder=PromptBuilder(template="A", chat=False), template=ChatTemplate(None), top_k=3
     )

@@ -76,6 +76,10 @@ class EndpointConfig:
         retries: extra attempts after a connection error, time-out, 429 or 5xx.
         backoff: first retry delay in seconds, doubled at each retry.
         concurrency: requests in flight at once from this client.
+        method: how answer positions are scored (:data:`SCORE_METHODS`): ``auto`` picks ``native``
+            on llama.cpp's C++ server, ``positions`` on llama-cpp-python, else ``echo`` when the
+            server echoes prompt log-probs (else ``positions``). See
+            :mod:`mnemoscope.trace.endpoint_score`.
     """
 
     base_url: str
@@ -85,6 +89,7 @@ class EndpointConfig:
     retries: int = 2
     backoff: float = 0.5
     concurrency: int = 2
+    method: str = "auto"
 
     def __post_init__(self) -> None:
         url = self.base_url.rstrip("/")
@@ -98,6 +103,10 @@ class EndpointConfig:
         object.__setattr__(self, "base_url", url)
         if self.timeout <= 0 or self.retries < 0 or self.backoff < 0 or self.concurrency < 1:
             raise EndpointError("timeout > 0, retries >= 0, backoff >= 0 and concurrency >= 1 are required")
+        if self.method not in ("auto", *SCORE_METHODS):
+            raise EndpointError(
+                f"method must be auto or one of {', '.join(SCORE_METHODS)}, got {self.method!r}"
+            )
 
     @property
     def root(self) -> str:
@@ -112,6 +121,7 @@ class EndpointConfig:
             "timeout": self.timeout,
             "retries": self.retries,
             "concurrency": self.concurrency,
+            "method": self.method,
         }
 
 
@@ -175,6 +185,9 @@ def compare_fingerprints(a: EndpointFingerprint, b: EndpointFingerprint, tol: fl
     return None
 
 
+# How answer positions are scored (mnemoscope.trace.endpoint_score); the name in endpoint_method.
+SCORE_METHODS: tuple[str, ...] = ("echo", "positions", "native")
+
 _TOKENIZE_ROUTES: tuple[tuple[str, str], ...] = (
     # (name, path from the server root)
     ("llama-cpp-python", "/extras/tokenize"),
@@ -194,11 +207,17 @@ class Capabilities:
     max_logprobs: int
     chat_logprobs: bool | None = None
     notes: list[str] = field(default_factory=list)
+    score_method: str = "echo"
 
     @property
     def method(self) -> str:
-        """The log-prob mechanism the audit uses, as reported in ``endpoint_method``."""
-        if self.completions and self.echo_logprobs and self.tokenize:
+        """The log-prob mechanism the audit uses, as reported in ``endpoint_method``. Every
+        mechanism gives top-k log-probs only: the KL is the truncated top-k estimate."""
+        if self.score_method == "native" and self.tokenize == "llama.cpp":
+            return "native-grammar-forced-topk+llama.cpp"
+        if self.score_method == "positions" and self.completions and self.tokenize:
+            return f"answer-positions-logit-bias-topk+{self.tokenize}"
+        if self.score_method == "echo" and self.completions and self.echo_logprobs and self.tokenize:
             return f"completions-echo-logprobs+{self.tokenize}"
         return "none"
 
@@ -211,6 +230,7 @@ class Capabilities:
             "echo_logprobs": self.echo_logprobs,
             "max_logprobs": self.max_logprobs,
             "chat_logprobs": self.chat_logprobs,
+            "score_method": self.score_method,
             "method": self.method,
             "notes": list(self.notes),
         }
@@ -387,6 +407,43 @@ class EndpointClient:
         choice["usage"] = data.get("usage") or {}
         return choice
 
+    def native_completion(
+        self,
+        prompt: list[int] | str,
+        *,
+        n_predict: int,
+        n_probs: int = 0,
+        grammar: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Greedy ``POST /completion`` on llama.cpp's C++ server (token ids or text in; ids, top-k
+        log-probs of the *unconstrained* distribution and ``stop_type`` out); the prompt's KV cache
+        is re-used across requests (``cache_prompt``)."""
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "n_probs": n_probs,
+            "temperature": 0.0,
+            "top_k": 0,
+            "top_p": 1.0,
+            "min_p": 0.0,
+            "repeat_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "dry_multiplier": 0.0,
+            "post_sampling_probs": False,
+            "cache_prompt": True,
+            "seed": 0,
+        }
+        if grammar is not None:
+            body["grammar"] = grammar
+        if extra:
+            body.update(extra)
+        data = self.request("POST", "/completion", body, root=True)
+        if not isinstance(data, dict):
+            raise EndpointError("POST /completion did not return an object", endpoint=self.endpoint)
+        return dict(data)
+
     # -- capabilities ---------------------------------------------------------------------------
 
     def capabilities(self, *, refresh: bool = False) -> Capabilities:
@@ -412,7 +469,21 @@ class EndpointClient:
         self._server_kind = server
         completions, echo, max_lp = False, False, 0
         notes: list[str] = []
+        if server == "llama.cpp":
+            # llama-server rejects echo with log-probs ("Only no echo is supported"): its native
+            # /completion route scores positions (n_probs, token-id grammars) instead
+            try:
+                data = self.native_completion(
+                    self._tokenize_via("llama.cpp", "Hello world, this is"), n_predict=1, n_probs=5
+                )
+                probs = data.get("completion_probabilities") or []
+                completions = bool(probs)
+                max_lp = min((len(p.get("top_logprobs") or []) for p in probs), default=0)
+            except EndpointError as e:
+                notes.append(f"native /completion probe failed: {e.reason}")
         try:
+            if server == "llama.cpp":
+                raise EndpointError("skipped: llama-server does not echo prompt log-probs")
             ch = self.completion("Hello world, this is", max_tokens=1, logprobs=5, echo=True)
             completions = True
             lp = ch.get("logprobs") or {}
@@ -427,6 +498,14 @@ class EndpointClient:
                 notes.append("no /v1/completions endpoint (chat-only server)")
             else:
                 notes.append(f"completions probe failed: {e.reason}")
+        method = self.config.method
+        if method == "auto":
+            if server == "llama.cpp":
+                method = "native"
+            elif server == "llama-cpp-python" or not echo:
+                method = "positions"
+            else:
+                method = "echo"
         caps = Capabilities(
             model_id=model,
             server=server,
@@ -435,6 +514,7 @@ class EndpointClient:
             echo_logprobs=echo,
             max_logprobs=max_lp,
             notes=notes,
+            score_method=method,
         )
         with self._lock:
             self._caps = caps
@@ -444,9 +524,13 @@ class EndpointClient:
         """The capabilities, or an :class:`EndpointCapabilityError` saying what is missing."""
         caps = self.capabilities()
         missing = []
-        if not caps.completions:
-            missing.append("a /v1/completions endpoint")
-        elif not caps.echo_logprobs:
+        if caps.score_method == "native" and caps.server != "llama.cpp":
+            missing.append("llama.cpp's native /completion route (method 'native')")
+        elif not caps.completions:
+            missing.append(
+                "a /v1/completions endpoint" if caps.server != "llama.cpp" else "a working /completion"
+            )
+        elif caps.score_method == "echo" and not caps.echo_logprobs:
             missing.append("prompt log-probabilities (completions with echo=true and logprobs)")
         if caps.tokenize is None:
             missing.append("a tokenize endpoint (/extras/tokenize or /tokenize) for exact token alignment")
@@ -468,9 +552,14 @@ class EndpointClient:
         with self._lock:
             if k in self._top_k_ok:
                 return
-        ch = self.completion("The capital of France is", max_tokens=1, logprobs=k)
-        tops = (ch.get("logprobs") or {}).get("top_logprobs") or []
-        got = len(tops[0]) if tops and tops[0] else 0
+        if self.capabilities().score_method == "native":
+            data = self.native_completion(self.tokenize("The capital of France is"), n_predict=1, n_probs=k)
+            probs = data.get("completion_probabilities") or [{}]
+            got = len(probs[0].get("top_logprobs") or [])
+        else:
+            ch = self.completion("The capital of France is", max_tokens=1, logprobs=k)
+            tops = (ch.get("logprobs") or {}).get("top_logprobs") or []
+            got = len(tops[0]) if tops and tops[0] else 0
         if got < k:
             raise EndpointCapabilityError(
                 f"the server returned {got} alternatives per position for logprobs={k}: fewer than k = {k} "
@@ -524,110 +613,3 @@ def map_concurrently(fn: Callable[[Any], Any], items: Sequence[Any], workers: in
         return [safe(x) for x in items]
     with ThreadPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(safe, items))
-
-
-# -- a local llama.cpp server (tests, benchmarks, docs) ---------------------------------------------
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class LlamaCppServer:
-    """``python -m llama_cpp.server`` on a loopback port, for tests and benchmarks.
-
-    Started as ``python -m llama_cpp.server --model GGUF --host 127.0.0.1 --port P --n_ctx 4096
-    --n_threads T --model_alias ALIAS``; :meth:`start` waits until ``GET /v1/models`` answers
-    (or the process exits: its log tail is raised), :meth:`stop` terminates it (kill after 10 s).
-    Use as a context manager.
-    """
-
-    def __init__(
-        self,
-        gguf: str | os.PathLike[str],
-        *,
-        port: int | None = None,
-        alias: str = "smollm2",
-        n_ctx: int = 4096,
-        n_threads: int = 2,
-        log_path: str | os.PathLike[str] | None = None,
-        extra_args: Sequence[str] = (),
-    ):
-        self.gguf = str(gguf)
-        self.port = port or free_port()
-        self.alias = alias
-        self.n_ctx = n_ctx
-        self.n_threads = n_threads
-        self.log_path = str(log_path) if log_path is not None else None
-        self.extra_args = list(extra_args)
-        self.proc: Any = None
-        self._log: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def command(self) -> list[str]:
-        import sys
-
-        return [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", self.gguf,
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--n_ctx", str(self.n_ctx),
-            "--n_threads", str(self.n_threads),
-            "--model_alias", self.alias,
-            *self.extra_args,
-        ]  # fmt: skip
-
-    def start(self, timeout: float = 120.0) -> LlamaCppServer:
-        import subprocess
-        import tempfile
-
-        import httpx
-
-        if self.log_path is None:
-            self.log_path = tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1]
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = open(self.log_path, "rb").read()[-2000:].decode("utf-8", "replace")  # noqa: SIM115
-                self.stop()
-                raise EndpointError(f"llama_cpp.server exited with {self.proc.returncode}:\n{tail}")
-            try:
-                if httpx.get(self.base_url + "/models", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise EndpointError(f"llama_cpp.server did not answer within {timeout:g} s", endpoint=self.base_url)
-
-    def stop(self) -> None:
-        import subprocess
-
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> LlamaCppServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -52,6 +52,14 @@ from mnemoscope.models.endpoint import (
     EndpointError,
     TokenAlignmentError,
 )
+from mnemoscope.trace.endpoint_score import (
+    Scored,
+    lcp_force_positions,
+    lcp_generate,
+    lcp_score_after,
+    native_force,
+    native_generate,
+)
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.types import PairTrace
 
@@ -121,6 +129,37 @@ class ChatTemplate:
             bos_token=self.bos_text or "",
             eos_token=self.eos_text or "",
         )
+
+    @property
+    def end_texts(self) -> tuple[str, ...]:
+        """Every text that ends a generated answer and is never part of it: the template's own
+        end-of-turn marker (what it writes after an assistant message: ``<|im_end|>`` for ChatML
+        models, ``<end_of_turn>`` for Gemma) and the EOS token's text, marker first."""
+        out: list[str] = []
+        marker = self.turn_end_text()
+        for t in (marker, self.eos_text):
+            if t and t not in out:
+                out.append(t)
+        return tuple(out)
+
+    def turn_end_text(self) -> str | None:
+        """The text the template writes right after an assistant message's content, up to the
+        first whitespace (``None``: no template, or it writes nothing there)."""
+        if self.chat_template is None:
+            return None
+        mark = "\x00mnemoscope-answer\x00"
+        try:
+            text = self.apply_chat_template(
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": mark}],
+                add_generation_prompt=False,
+            )
+        except Exception:  # a template that refuses this conversation: no marker known
+            return None
+        if mark not in text:
+            return None
+        after = text.split(mark, 1)[1]
+        end = after.split()[0] if after.strip() else ""
+        return end or None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -206,7 +245,7 @@ class ParsedLogprobs:
 
     tokens: list[str]
     token_logprobs: list[float | None]
-    top_logprobs: list[dict[str, float] | None]
+    top_logprobs: list[dict[Any, float] | None]
 
 
 def parse_logprobs(
@@ -239,7 +278,7 @@ def parse_logprobs(
 
 
 def top_k_entries(
-    top: dict[str, float] | None, k: int, *, where: str, endpoint: str | None = None, min_k: int = 1
+    top: dict[Any, float] | None, k: int, *, where: str, endpoint: str | None = None, min_k: int = 1
 ) -> list[tuple[str, float]]:
     """The (at most) k most probable entries of one position, most probable first.
 
@@ -371,6 +410,129 @@ def trace_endpoint_prompts(
         raise InputError("the with-context prompt is empty", record=rid, field="prompt_with")
     if not p_without:
         raise InputError("the no-context prompt is empty", record=rid, field="prompt_without")
+    caps = client.capabilities()
+    if caps.score_method == "native":
+        sc = _native_scores(client, rid, p_with, p_without, config, answer, T)
+    elif caps.score_method == "positions":
+        sc = _positions_scores(client, rid, p_with, p_without, config, answer, T)
+    else:
+        sc = _echo_scores(client, rid, p_with, p_without, config, answer, T)
+    ans, e_with, e_without, use_eos, notes = sc.ans, sc.e_with, sc.e_without, sc.use_eos, sc.notes
+    n = len(ans)
+    intern: dict[str, int] = {}
+    for s, i in zip(e_with.tokens, ans, strict=True):
+        intern.setdefault(s, int(i))
+    neg = [-1]
+    padded = [0]
+
+    def key_id(s: Any) -> int:
+        if isinstance(s, int):  # native: real token ids
+            return s
+        if s not in intern:
+            intern[s] = neg[0]
+            neg[0] -= 1
+        return intern[s]
+
+    def arrays(
+        e: ParsedLogprobs, path: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[Any, float]]]:
+        ids = np.zeros((n, k), dtype=np.int64)
+        lps = np.zeros((n, k), dtype=np.float32)
+        own = np.zeros(n, dtype=np.float32)
+        dicts = []
+        for t in range(n):
+            items = top_k_entries(e.top_logprobs[t], k, where=f"{path} answer step {t}", endpoint=ep)
+            row_ids = [key_id(s) for s, _ in items]
+            row_lps = [v for _, v in items]
+            if len(items) < k:  # spellings collided: repeat the last entry (same key, so no new mass)
+                padded[0] += 1
+                row_ids += [row_ids[-1]] * (k - len(items))
+                row_lps += [row_lps[-1]] * (k - len(items))
+            ids[t] = row_ids
+            lps[t] = row_lps
+            v = e.token_logprobs[t]
+            if v is None or not math.isfinite(v):
+                raise EndpointError(
+                    f"record {rid}: no log-prob for answer step {t} on the {path} path", endpoint=ep
+                )
+            own[t] = v
+            dicts.append(dict(items))
+        return ids, lps, own, dicts
+
+    ids_w, lps_w, own_w, d_w = arrays(e_with, "with-context")
+    ids_wo, lps_wo, own_wo, d_wo = arrays(e_without, "no-context")
+    if padded[0]:
+        notes.append(
+            f"{padded[0]} answer positions had fewer than k distinct top-k spellings (tokens spelled alike, "
+            "e.g. special tokens); their rows repeat the last entry"
+        )
+    fwd = np.zeros(n, dtype=np.float32)
+    rev = np.zeros(n, dtype=np.float32)
+    for t in range(n):
+        f, r = topk_kl(d_w[t], d_wo[t])
+        fwd[t], rev[t] = f, r
+    identical = sc.identical
+    if identical:
+        fwd[:] = 0.0
+        rev[:] = 0.0
+    pieces = list(e_with.tokens)
+    if use_eos:
+        pieces[-1] = ""  # special tokens add no text, as answer_pieces does in-process
+    nan = np.full(n, np.nan, dtype=np.float32)
+    trace = PairTrace(
+        id=rid,
+        context=context,
+        query=query,
+        prompt_with=p_with,
+        prompt_without=p_without,
+        n_prompt_tokens_with=sc.n_prompt_with,
+        n_prompt_tokens_without=sc.n_prompt_without,
+        h_with=None,
+        h_without=None,
+        h_with_prenorm=None,
+        h_without_prenorm=None,
+        answer_ids=np.asarray(ans, dtype=np.int64),
+        answer_with="".join(pieces),
+        kl_steps=fwd,
+        kl_rev_steps=rev,
+        entropy_with=nan,
+        entropy_without=nan.copy(),
+        logprob_answer_with=own_w,
+        logprob_answer_without=own_wo,
+        topk_ids_with=ids_w,
+        topk_logprobs_with=lps_w,
+        topk_ids_without=ids_wo,
+        topk_logprobs_without=lps_wo,
+        stopped_at_eos=bool(use_eos),
+        identical_prompts=bool(identical),
+        label=label,
+        template=dict(template) if template is not None else {"prerendered": True},
+        backend={
+            "kind": "endpoint",
+            "endpoint": ep,
+            "model": client.model,
+            "method": caps.method,
+            "kl_estimator": "topk",
+            "k": k,
+            "unmeasured": list(UNMEASURED),
+            "notes": notes,
+        },
+    )
+    return trace, pieces
+
+
+def _echo_scores(
+    client: EndpointClient,
+    rid: str,
+    p_with: str,
+    p_without: str,
+    config: EndpointPairConfig,
+    answer: str | None,
+    T: int,
+) -> _PairScores:
+    """The first mechanism: both paths echoed (``echo: true, logprobs: k``), module doc."""
+    ep = client.endpoint
+    k = config.top_k
     ids_with = client.tokenize(p_with)
     ids_without = client.tokenize(p_without)
     if not ids_with or not ids_without:
@@ -498,104 +660,240 @@ def trace_endpoint_prompts(
                 e_without.tokens[:-1], e_without.token_logprobs[:-1], e_without.top_logprobs[:-1]
             )
             use_eos = False
-
-    n = len(ans)
-    intern: dict[str, int] = {}
-    for s, i in zip(e_with.tokens, ans, strict=True):
-        intern.setdefault(s, int(i))
-    neg = [-1]
-    padded = [0]
-
-    def key_id(s: str) -> int:
-        if s not in intern:
-            intern[s] = neg[0]
-            neg[0] -= 1
-        return intern[s]
-
-    def arrays(
-        e: ParsedLogprobs, path: str
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, float]]]:
-        ids = np.zeros((n, k), dtype=np.int64)
-        lps = np.zeros((n, k), dtype=np.float32)
-        own = np.zeros(n, dtype=np.float32)
-        dicts = []
-        for t in range(n):
-            items = top_k_entries(e.top_logprobs[t], k, where=f"{path} answer step {t}", endpoint=ep)
-            row_ids = [key_id(s) for s, _ in items]
-            row_lps = [v for _, v in items]
-            if len(items) < k:  # spellings collided: repeat the last entry (same key, so no new mass)
-                padded[0] += 1
-                row_ids += [row_ids[-1]] * (k - len(items))
-                row_lps += [row_lps[-1]] * (k - len(items))
-            ids[t] = row_ids
-            lps[t] = row_lps
-            v = e.token_logprobs[t]
-            if v is None or not math.isfinite(v):
-                raise EndpointError(
-                    f"record {rid}: no log-prob for answer step {t} on the {path} path", endpoint=ep
-                )
-            own[t] = v
-            dicts.append(dict(items))
-        return ids, lps, own, dicts
-
-    ids_w, lps_w, own_w, d_w = arrays(e_with, "with-context")
-    ids_wo, lps_wo, own_wo, d_wo = arrays(e_without, "no-context")
-    if padded[0]:
-        notes.append(
-            f"{padded[0]} answer positions had fewer than k distinct top-k spellings (tokens spelled alike, "
-            "e.g. special tokens); their rows repeat the last entry"
-        )
-    fwd = np.zeros(n, dtype=np.float32)
-    rev = np.zeros(n, dtype=np.float32)
-    for t in range(n):
-        f, r = topk_kl(d_w[t], d_wo[t])
-        fwd[t], rev[t] = f, r
-    identical = ids_with == ids_without
-    if identical:
-        fwd[:] = 0.0
-        rev[:] = 0.0
-    pieces = list(e_with.tokens)
-    if use_eos:
-        pieces[-1] = ""  # special tokens add no text, as answer_pieces does in-process
-    nan = np.full(n, np.nan, dtype=np.float32)
-    caps = client.capabilities()
-    trace = PairTrace(
-        id=rid,
-        context=context,
-        query=query,
-        prompt_with=p_with,
-        prompt_without=p_without,
-        n_prompt_tokens_with=len(ids_with),
-        n_prompt_tokens_without=len(ids_without),
-        h_with=None,
-        h_without=None,
-        h_with_prenorm=None,
-        h_without_prenorm=None,
-        answer_ids=np.asarray(ans, dtype=np.int64),
-        answer_with="".join(pieces),
-        kl_steps=fwd,
-        kl_rev_steps=rev,
-        entropy_with=nan,
-        entropy_without=nan.copy(),
-        logprob_answer_with=own_w,
-        logprob_answer_without=own_wo,
-        topk_ids_with=ids_w,
-        topk_logprobs_with=lps_w,
-        topk_ids_without=ids_wo,
-        topk_logprobs_without=lps_wo,
-        stopped_at_eos=bool(use_eos),
-        identical_prompts=bool(identical),
-        label=label,
-        template=dict(template) if template is not None else {"prerendered": True},
-        backend={
-            "kind": "endpoint",
-            "endpoint": ep,
-            "model": client.model,
-            "method": caps.method,
-            "kl_estimator": "topk",
-            "k": k,
-            "unmeasured": list(UNMEASURED),
-            "notes": notes,
-        },
+    return _PairScores(
+        ans, e_with, e_without, use_eos, notes, len(ids_with), len(ids_without), ids_with == ids_without
     )
-    return trace, pieces
+
+
+@dataclass
+class _PairScores:
+    """What a scoring mechanism gives the trace builder (both paths at the answer positions)."""
+
+    ans: list[int]
+    e_with: ParsedLogprobs
+    e_without: ParsedLogprobs
+    use_eos: bool
+    notes: list[str]
+    n_prompt_with: int
+    n_prompt_without: int
+    identical: bool
+
+
+def _as_parsed(s: Scored) -> ParsedLogprobs:
+    return ParsedLogprobs(list(s.pieces), [float(v) for v in s.own], [dict(t) for t in s.tops])
+
+
+def _cut_at_end_texts(text: str, ends: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the first end-of-generation text, and whether one was found."""
+    cut = min((text.index(e) for e in ends if e and e in text), default=None)
+    return (text, False) if cut is None else (text[:cut], True)
+
+
+def _single_token_ids(client: EndpointClient, texts: Sequence[str]) -> list[int]:
+    """The ids of the texts that the server tokenizes into one token (after a BOS it adds)."""
+    bos = client.tokenize("")
+    out: list[int] = []
+    for t in texts:
+        ids = client.tokenize(t)
+        ids = ids[len(bos) :] if ids[: len(bos)] == bos else ids
+        if len(ids) == 1 and ids[0] not in out:
+            out.append(int(ids[0]))
+    return out
+
+
+def _answer_ids(
+    client: EndpointClient, rid: str, prompt: str, prompt_ids: list[int], text: str, path: str
+) -> list[int]:
+    full = client.tokenize(prompt + text)
+    if full[: len(prompt_ids)] != prompt_ids:
+        raise TokenAlignmentError(
+            f"record {rid}: on the {path} path the answer's first token merges with the prompt's last "
+            "one when tokenized together; positions cannot be aligned",
+            endpoint=client.endpoint,
+        )
+    return full[len(prompt_ids) :]
+
+
+def _positions_scores(
+    client: EndpointClient,
+    rid: str,
+    p_with: str,
+    p_without: str,
+    config: EndpointPairConfig,
+    answer: str | None,
+    T: int,
+) -> _PairScores:
+    """``positions`` (llama-cpp-python and OpenAI completions servers): the with-context answer
+    generated with log-probs, the rest forced one position per request (endpoint_score)."""
+    ep = client.endpoint
+    k = config.top_k
+    ends = config.template.end_texts
+    notes: list[str] = []
+    ids_with = client.tokenize(p_with)
+    ids_without = client.tokenize(p_without)
+    if not ids_with or not ids_without:
+        raise InputError("a prompt tokenizes to 0 tokens", record=rid, field="query")
+    stopped_eos = False
+    gen: Scored | None = None
+    if answer is None:
+        text, gen, finish, _n = lcp_generate(client, p_with, max_tokens=T, k=k, stop=ends)
+        answer_text, cut = _cut_at_end_texts(text, ends)
+        # the server reports the tokens it generated; keep those that spell the answer (a stop
+        # text generated as ordinary pieces is cut off, never part of the answer)
+        acc, keep = "", 0
+        while keep < len(gen) and len(acc) < len(answer_text):
+            acc += gen.pieces[keep]
+            keep += 1
+        if acc != answer_text:
+            raise TokenAlignmentError(
+                f"record {rid}: the generated tokens spell {''.join(gen.pieces)!r}, which does not split at the "
+                f"answer {answer_text!r} on a token boundary",
+                endpoint=ep,
+            )
+        spelled_stop = keep < len(gen) or cut
+        while len(gen) > keep:
+            gen.drop_last()
+        stopped_eos = finish == "stop" and len(gen) < T and not spelled_stop
+        if spelled_stop:
+            notes.append(
+                "the model wrote the end-of-turn text as ordinary tokens; the answer ends before it and no "
+                "EOS step is scored"
+            )
+    else:
+        answer_text, cut = _cut_at_end_texts(answer, ends)
+        if cut:
+            notes.append("the given answer contained an end-of-turn text: it is cut there")
+    ans = _answer_ids(client, rid, p_with, ids_with, answer_text, "with-context")
+    if _answer_ids(client, rid, p_without, ids_without, answer_text, "no-context") != ans:
+        raise TokenAlignmentError(
+            f"record {rid}: the answer tokenizes differently after the two prompts", endpoint=ep
+        )
+    if gen is not None and len(ans) != len(gen):
+        raise TokenAlignmentError(
+            f"record {rid}: the server generated {len(gen)} tokens but re-tokenizes the answer into {len(ans)}; "
+            "positions cannot be aligned",
+            endpoint=ep,
+        )
+    pieces = list(gen.pieces) if gen is not None else None
+    if pieces is None:
+        # spell the given answer's tokens as the server does: force them on the with-context path
+        with_s = lcp_force_positions(client, rid, p_with, len(ids_with), ans, None, k=k, path="with-context")
+        pieces = with_s.pieces
+        if "".join(pieces) != answer_text:
+            raise TokenAlignmentError(
+                f"record {rid}: the answer's tokens are spelled {''.join(pieces)!r} by the server, not {answer_text!r}",
+                endpoint=ep,
+            )
+    else:
+        assert gen is not None
+        with_s = gen
+    without_s = lcp_force_positions(
+        client, rid, p_without, len(ids_without), ans, pieces, k=k, path="no-context"
+    )
+    use_eos = False
+    if stopped_eos and not ends:
+        notes.append("the answer ended on EOS but its text is unknown (--eos-token): the EOS step is not scored")
+    elif stopped_eos:
+        eos_ids = _single_token_ids(client, ends)
+        eos_keys = ("", *ends)  # llama-cpp-python spells special tokens ""
+        d_with = lcp_score_after(
+            client, p_with + answer_text, k=k, ban_ids=eos_ids, where="with-context EOS step"
+        )
+        top1 = max(d_with, key=lambda x: d_with[x]) if d_with else None
+        if top1 not in eos_keys:
+            notes.append(
+                "the end-of-turn token is not the with-context top-1 after the answer: the EOS step is dropped"
+            )
+        elif len(d_with) < k:
+            notes.append(
+                'the with-context top-k at the EOS step has tokens spelled alike (special tokens all spell "" '
+                "on llama-cpp-python): its log-prob cannot be read exactly, the EOS step is dropped"
+            )
+        else:
+            d_wo = lcp_score_after(
+                client, p_without + answer_text, k=k, ban_ids=eos_ids, where="no-context EOS step"
+            )
+            own_wo = d_wo.get(top1)
+            if own_wo is None or len(d_wo) < k:
+                # not in the no-context top-k (or merged with another special token): the truncated
+                # estimator's bound, as topk_kl imputes a token missing from a top-k
+                vals = np.exp(np.array(sorted(d_wo.values(), reverse=True)[:k]))
+                tail = max(1.0 - float(vals.sum()), 1e-12)
+                own_wo = float(min(np.log(vals[-1]), np.log(tail))) if own_wo is None else own_wo
+                notes.append(
+                    "EOS step: the end-of-turn token's no-context log-prob is outside the top-k (or merged "
+                    "with another special token): the truncated estimate (min of the k-th log-prob and the "
+                    "tail mass) is used"
+                )
+            eos_id = eos_ids[0] if eos_ids else -1
+            ans = [*ans, eos_id]
+            with_s.pieces.append("")
+            with_s.own.append(d_with[top1])
+            with_s.tops.append(d_with)
+            without_s.pieces.append("")
+            without_s.own.append(own_wo)
+            without_s.tops.append(d_wo)
+            use_eos = True
+    return _PairScores(
+        ans,
+        _as_parsed(with_s),
+        _as_parsed(without_s),
+        use_eos,
+        notes,
+        len(ids_with),
+        len(ids_without),
+        ids_with == ids_without,
+    )
+
+
+def _native_scores(
+    client: EndpointClient,
+    rid: str,
+    p_with: str,
+    p_without: str,
+    config: EndpointPairConfig,
+    answer: str | None,
+    T: int,
+) -> _PairScores:
+    """``native`` (llama.cpp's llama-server): ids in, ids out; a given answer is forced by a grammar."""
+    k = config.top_k
+    notes: list[str] = []
+    ids_with = client.tokenize(p_with)
+    ids_without = client.tokenize(p_without)
+    if not ids_with or not ids_without:
+        raise InputError("a prompt tokenizes to 0 tokens", record=rid, field="query")
+    end_ids = _single_token_ids(client, config.template.end_texts)
+    use_eos = False
+    if answer is None:
+        with_s, stopped = native_generate(client, ids_with, max_tokens=T, k=k)
+        assert with_s.ids is not None
+        # an end-of-turn token of the template ends the answer even if the GGUF does not mark it EOG
+        for t, tid in enumerate(with_s.ids):
+            if tid in end_ids:
+                while len(with_s) > t + 1:
+                    with_s.drop_last()
+                stopped = True
+                break
+        use_eos = stopped and bool(with_s.ids)
+        ans = list(with_s.ids)
+    else:
+        answer_text, cut = _cut_at_end_texts(answer, config.template.end_texts)
+        if cut:
+            notes.append("the given answer contained an end-of-turn text: it is cut there")
+        ans = _answer_ids(client, rid, p_with, ids_with, answer_text, "with-context")
+        with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context")
+    if use_eos:
+        with_s.pieces[-1] = ""
+    without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context")
+    if use_eos:
+        without_s.pieces[-1] = ""
+    return _PairScores(
+        ans,
+        _as_parsed(with_s),
+        _as_parsed(without_s),
+        use_eos,
+        notes,
+        len(ids_with),
+        len(ids_without),
+        ids_with == ids_without,
+    )

@@ -1,0 +1,241 @@
+"""The cheap endpoint scoring paths (issue 25): answer positions only (llama-cpp-python and OpenAI
+completions servers, ``positions``) and llama.cpp's native server (``native``).
+
+Unit tests use a mock transport; the rest talk to the real llama.cpp server of the session
+(``llama_server`` fixture: skipped without llama-cpp-python, a failure under
+MNEMOSCOPE_REQUIRE_SERVICES=1) and, for ``native``, to llama.cpp's C++ llama-server when
+``$MNEMOSCOPE_LLAMA_SERVER`` names a binary. Costs are measured by benchmarks/bench_endpoint_cost.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mnemoscope.models.endpoint import (
+    EndpointClient,
+    EndpointConfig,
+    EndpointError,
+    TokenAlignmentError,
+)
+from mnemoscope.trace.endpoint import (
+    ChatTemplate,
+    EndpointPairConfig,
+    load_chat_template,
+    trace_endpoint_pair,
+    trace_endpoint_prompts,
+)
+from mnemoscope.trace.templates import PromptBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+VERIFIED = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+GEMMA = (
+    "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' "
+    "else message['role'] %}<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def _items(n_per_label: int = 1) -> list[dict]:
+    items = [json.loads(x) for x in VERIFIED.read_text().splitlines() if x.strip()]
+    return [it for it in items if it["label"] == 1][:n_per_label] + [it for it in items if it["label"] == 0][
+        :n_per_label
+    ]
+
+
+# -- units ------------------------------------------------------------------------------------------
+
+
+def test_end_texts_of_chat_templates():
+    """Every end-of-generation text of the template ends an answer: the template's own end-of-turn
+    marker first (read from how it closes an assistant turn), then the EOS token's text."""
+    assert ChatTemplate(CHATML, eos_text="<|endoftext|>").end_texts == ("<|im_end|>", "<|endoftext|>")
+    assert ChatTemplate(GEMMA, eos_text="<eos>", bos_text="<bos>").end_texts == ("<end_of_turn>", "<eos>")
+    assert ChatTemplate(CHATML, eos_text="<|im_end|>").end_texts == ("<|im_end|>",)
+    assert ChatTemplate(None, eos_text="</s>").end_texts == ("</s>",)
+    assert ChatTemplate(None).end_texts == ()
+    tpl = load_chat_template("default")  # SmolLM2: ChatML, EOS <|im_end|>
+    assert tpl.end_texts[0] == "<|im_end|>"
+
+
+def _mock_positions_server(honour_bias: bool = True, stop_as_text: bool = False):
+    """A llama-cpp-python-like server over characters: token id = ord(char); generation answers
+    'ab' (then stops); a forced position returns the forced character with fixed log-probs."""
+    import httpx
+
+    calls: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        calls.append({"path": request.url.path, **body})
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        if request.url.path == "/extras/tokenize":
+            return httpx.Response(200, json={"tokens": [ord(ch) for ch in body["input"]]})
+        prompt = body["prompt"]
+        top = {"a": -0.3, "b": -1.9, "c": -3.0}
+        if body.get("echo"):  # the capability probe
+            n = len(prompt)
+            lp = {"tokens": list(prompt), "token_logprobs": [-0.1] * n, "top_logprobs": [top] * n}
+            return httpx.Response(
+                200, json={"choices": [{"text": prompt + "a", "logprobs": lp}], "usage": {}}
+            )
+        if body["max_tokens"] > 1:  # the with-context generation
+            toks = ["a", "b"] + (["<", "E", ">"] if stop_as_text else [])
+            text = "ab"
+            lp = {"tokens": toks, "token_logprobs": [-0.2] * len(toks), "top_logprobs": [top] * len(toks)}
+            return httpx.Response(
+                200,
+                json={
+                    "choices": [{"text": text, "logprobs": lp, "finish_reason": "stop"}],
+                    "usage": {"completion_tokens": len(toks), "prompt_tokens": len(prompt)},
+                },
+            )
+        bias = body.get("logit_bias") or {}
+        forced = [int(t) for t, v in bias.items() if v > 0]
+        tok = chr(forced[0]) if forced and honour_bias else "a"
+        lp = {
+            "tokens": [tok],
+            "token_logprobs": [-0.7],
+            "top_logprobs": [{"a": -1.2, "b": -1.5, "c": -3.0, tok: -0.7}],
+        }
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"text": tok, "logprobs": lp, "finish_reason": "length"}],
+                "usage": {"completion_tokens": 1, "prompt_tokens": len(prompt)},
+            },
+        )
+
+    return handler, calls
+
+
+def _cfg(**kw) -> EndpointPairConfig:
+    return EndpointPairConfig(
+        builder=PromptBuilder(template="A", chat=False), template=ChatTemplate(None), top_k=3, **kw
+    )
+
+
+def test_positions_path_scores_only_answer_positions():
+    import httpx
+
+    handler, calls = _mock_positions_server()
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    assert c.capabilities().method == "answer-positions-logit-bias-topk+llama-cpp-python"
+    calls.clear()
+    tr, pieces = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
+    assert pieces == ["a", "b"] and tr.answer_with == "ab" and tr.n_steps == 2
+    comp = [x for x in calls if x["path"] == "/v1/completions"]
+    # one generation + one forced request per answer position on the no-context path, no echo
+    assert len(comp) == 1 + 2 and not any(x.get("echo") for x in comp)
+    forced = [x for x in comp if x.get("logit_bias")]
+    assert [list(x["logit_bias"]) for x in forced] == [[str(ord("a"))], [str(ord("b"))]]
+    assert forced[1]["prompt"].endswith("a")  # the prefix grows by the answer's own pieces
+    np.testing.assert_allclose(tr.logprob_answer_without, [-0.7, -0.7])
+    np.testing.assert_allclose(tr.logprob_answer_with, [-0.2, -0.2], rtol=1e-6)
+    assert tr.backend["method"].startswith("answer-positions") and tr.backend["kl_estimator"] == "topk"
+    # the given-answer case (the proxy): both paths forced
+    calls.clear()
+    tr2, _ = trace_endpoint_prompts(c, "r2", "P: ctx q?\n", "P: q?\n", _cfg(), answer="ab")
+    assert sum(1 for x in calls if x.get("logit_bias")) == 4 and tr2.answer_with == "ab"
+
+
+def test_positions_path_refuses_a_server_ignoring_logit_bias():
+    import httpx
+
+    handler, _ = _mock_positions_server(honour_bias=False)
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    with pytest.raises(TokenAlignmentError, match=r"forced token came back as \['a'\], not 'b'") as e:
+        trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
+    assert "record r1" in str(e.value) and "http://mock/v1" in str(e.value)
+
+
+def test_an_end_of_turn_written_as_text_is_never_part_of_the_answer():
+    """The model writes its end-of-turn marker as ordinary tokens: the answer stops before it."""
+    import httpx
+
+    handler, _ = _mock_positions_server(stop_as_text=True)
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    cfg = _cfg()
+    cfg = EndpointPairConfig(cfg.builder, ChatTemplate(None, eos_text="<E>"), top_k=3)
+    tr, pieces = trace_endpoint_pair(c, "r1", "ctx", "q?", cfg)
+    assert tr.answer_with == "ab" and pieces == ["a", "b"] and not tr.stopped_at_eos
+    assert any("end-of-turn text as ordinary tokens" in n for n in tr.backend["notes"])
+
+
+def test_method_is_validated():
+    with pytest.raises(EndpointError, match="method must be auto or one of echo, positions, native"):
+        EndpointConfig("http://h/v1", method="fast")
+
+
+# -- real llama.cpp server (llama-cpp-python) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_cfg():
+    return EndpointPairConfig(
+        builder=PromptBuilder(template="A", chat=True),
+        template=load_chat_template("default"),
+        max_new_tokens=24,
+    )
+
+
+def _client(server, method: str = "auto") -> EndpointClient:
+    return EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=300, method=method))
+
+
+def test_positions_agree_with_echo_on_the_real_server(llama_server, chat_cfg):
+    """Same item, same server: the cheap path (answer positions) gives the same answer tokens and
+    the same log-probs as echoing both prompts, within llama.cpp's batch-dependent numerics."""
+    it = _items(1)[0]
+    with _client(llama_server, "positions") as cp, _client(llama_server, "echo") as ce:
+        tp, _ = trace_endpoint_pair(cp, it["id"], it["context"], it["query"], chat_cfg)
+        te, _ = trace_endpoint_pair(ce, it["id"], it["context"], it["query"], chat_cfg)
+        assert cp.n_requests < ce.n_requests + 2 * tp.n_steps + 4
+    assert tp.backend["method"] == "answer-positions-logit-bias-topk+llama-cpp-python"
+    assert te.backend["method"] == "completions-echo-logprobs+llama-cpp-python"
+    assert tp.answer_ids.tolist() == te.answer_ids.tolist() and tp.stopped_at_eos == te.stopped_at_eos
+    tol = chat_cfg.align_tol
+    assert np.max(np.abs(tp.logprob_answer_with - te.logprob_answer_with)) < tol
+    assert np.max(np.abs(tp.logprob_answer_without - te.logprob_answer_without)) < tol
+    assert np.max(np.abs(tp.kl_steps - te.kl_steps)) < 1.0
+    assert np.all(tp.topk_ids_with[:, 0] == te.topk_ids_with[:, 0])
+
+
+def test_given_answer_on_prerendered_prompts(llama_server, chat_cfg):
+    """The proxy's case: the app's own rendered messages, the context removed, the app's answer."""
+    it = _items(1)[0]
+    tpl = chat_cfg.template
+    sys_msg = {"role": "system", "content": "You answer in one short sentence."}
+    with_ctx = tpl.apply_chat_template(
+        [sys_msg, {"role": "user", "content": f"{it['context']}\n\n{it['query']}"}]
+    )
+    without = tpl.apply_chat_template([sys_msg, {"role": "user", "content": it["query"]}])
+    with _client(llama_server) as c:
+        gen, _ = trace_endpoint_prompts(c, "gen", with_ctx, without, chat_cfg)
+        given, _ = trace_endpoint_prompts(c, "given", with_ctx, without, chat_cfg, answer=gen.answer_with)
+    assert "<|im_end|>" not in gen.answer_with
+    n = len(given.answer_ids)
+    assert given.answer_ids.tolist() == gen.answer_ids.tolist()[:n]
+    assert np.max(np.abs(given.logprob_answer_without - gen.logprob_answer_without[:n])) < chat_cfg.align_tol
+    assert given.template == {"prerendered": True}
+
+
+def test_plain_prompts_refusal_names_the_chat_template_flag(llama_server):
+    """Echo on a prompt without the model's BOS is shifted by llama-cpp-python: refused, and the
+    message says how to fix it (`--chat-template default`)."""
+    cfg = EndpointPairConfig(builder=PromptBuilder(template="A", chat=False), template=ChatTemplate(None))
+    it = _items(1)[0]
+    with (
+        _client(llama_server, "echo") as c,
+        pytest.raises(TokenAlignmentError, match="--chat-template default"),
+    ):
+        trace_endpoint_pair(c, it["id"], it["context"], it["query"], cfg)
