@@ -121,7 +121,6 @@ KNOWN_VERDICT_SITES: dict[tuple[str, str], str] = {
         "src == 'memory'",
     ): "memory_flag backfill, legacy memorized column (log)",
     ("mnemoscope/server/records.py", "out['source'] == 'memory'"): "legacy memory_flag backfill (server)",
-    ("mnemoscope/integrations/llamaindex.py", "a['source'] == 'context'"): "its own 'passing' (proxy)",
 }
 # detectors that import models/ (both for check_same_model, a model-identity check)
 KNOWN_MODEL_IMPORTS: dict[str, str] = {

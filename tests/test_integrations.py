@@ -183,12 +183,120 @@ def test_runnable_wrapper_returns_output_unchanged_plus_verdict(auditor: Any) ->
     res = wrapped.invoke(q)
     assert res["output"] == chain.invoke(q)
     v = res["metadata"]["mnemoscope"]
-    assert v["status"] == "ok" and v["source"] in SOURCES and len(v["audits"]) == 1
+    assert v["status"] == "ok" and len(v["calls"]) == 1 and v["calls"][0]["source"] in SOURCES
+    assert (
+        v["memory_flag"] == v["calls"][0]["memory_flag"] and "source" not in v
+    )  # no call stands for the chain
     json.dumps(v)  # JSON-ready
     batch = wrapped.batch([q, "Where is Atlantis?"])
     assert [b["metadata"]["mnemoscope"]["status"] for b in batch] == ["ok", "skipped"]
+    assert batch[1]["metadata"]["mnemoscope"]["memory_flag"] is None  # nothing audited: no chain verdict
     ares = asyncio.run(wrapped.ainvoke(q))
-    assert ares["output"] == res["output"] and ares["metadata"]["mnemoscope"]["source"] == v["source"]
+    assert (
+        ares["output"] == res["output"] and ares["metadata"]["mnemoscope"]["memory_flag"] == v["memory_flag"]
+    )
+
+
+def _search(q: str) -> list[Document]:
+    return [Document(page_content=t, id=k) for k, t in DOCS.items() if k in q.lower()]
+
+
+OWN_PROMPT = "You answer from the notes below.\n\nNotes:\n{context}\n\nQ: {question}\nA:"
+
+
+def test_plain_runnable_retrieval_marked_audits_the_prompt_the_llm_received(auditor: Any) -> None:
+    """Retrieval is a RunnableLambda (no BaseRetriever), the prompt is the app's own template."""
+    from langchain_core.prompts import PromptTemplate
+
+    from mnemoscope.integrations.langchain import mark_context
+
+    chain = (
+        {
+            "context": mark_context(RunnableLambda(_search))
+            | RunnableLambda(lambda docs: "\n\n".join(d.page_content for d in docs)),
+            "question": RunnablePassthrough(),
+        }
+        | PromptTemplate.from_template(OWN_PROMPT)
+        | MnemoscopeLLM(auditor, audit_while_generating=False)
+        | StrOutputParser()
+    )
+    q = "Which river runs through Quenmar?"
+    h = MnemoscopeCallbackHandler(auditor)
+    out = chain.invoke(q, config={"callbacks": [h]})
+    (rec,) = h.records
+    assert rec.status == "ok", rec.reason
+    assert rec.query == q and rec.n_documents == 1 and rec.answer == out
+    assert rec.context["prompt"]["audited"] == "the prompt the LLM received"
+    chat = bool(auditor.profile.header["prompt"]["chat"])  # MnemoscopeLLM wraps chat prompts as a user turn
+    assert rec.context["prompt"]["layout"] == ("user" if chat else "prompt")
+    # the same two prompts through the Auditor directly: the same verdict (nothing decided here)
+    from mnemoscope.pipelines.requests import AuditRequest
+
+    user = OWN_PROMPT.format(context=DOCS["quenmar"], question=q)
+    tok = auditor.tracer.tokenizer
+
+    def render(c: str) -> str:
+        msgs = [{"role": "user", "content": c}]
+        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) if chat else c
+
+    prompts = (render(user), render(user.replace(DOCS["quenmar"], "")))
+    (direct,) = auditor.audit(
+        [AuditRequest(DOCS["quenmar"], q, answer=out, prompts=prompts, prompt_info={"chat": chat})]
+    )
+    assert direct.source == rec.source and direct.p_memory == pytest.approx(rec.p_memory)
+    assert direct.memory_flag == rec.memory_flag
+
+
+def test_unmarked_plain_runnable_warns_once_and_is_skipped(auditor: Any) -> None:
+    from langchain_core.prompts import PromptTemplate
+
+    chain = (
+        {
+            "context": RunnableLambda(_search) | RunnableLambda(lambda ds: ds[0].page_content if ds else ""),
+            "question": RunnablePassthrough(),
+        }
+        | PromptTemplate.from_template(OWN_PROMPT)
+        | MnemoscopeLLM(auditor, audit_while_generating=False)
+        | StrOutputParser()
+    )
+    h = MnemoscopeCallbackHandler(auditor)
+    with pytest.warns(UserWarning, match="mark_context") as got:
+        chain.batch(
+            ["Which river runs through Quenmar?", "Which river is Vellmoor on?"], config={"callbacks": [h]}
+        )
+    assert len([w for w in got if "mark_context" in str(w.message)]) == 1  # once per handler
+    assert [r.status for r in h.records] == ["skipped", "skipped"]
+
+
+def test_each_llm_call_gets_its_own_verdict(auditor: Any) -> None:
+    """Two LLM calls in one chain (answer, then a rewrite): two records; the chain-level flag is
+    the explicit any-call rule, not the last call's verdict."""
+    from mnemoscope.integrations.langchain import chain_verdict
+
+    llm = MnemoscopeLLM(auditor, audit_while_generating=False)
+    first = _chain(auditor, fused=False)
+    chain = (
+        {
+            "draft": first,
+            "context": KeywordRetriever()
+            | RunnableLambda(lambda ds: "\n\n".join(d.page_content for d in ds)),
+            "question": RunnablePassthrough(),
+        }
+        | RunnableLambda(
+            lambda x: {"context": x["context"], "question": x["question"] + " " + x["draft"][:20]}
+        )
+        | rag_prompt(auditor)
+        | llm
+        | StrOutputParser()
+    )
+    wrapped = MnemoscopeRunnable(chain, auditor)
+    v = wrapped.invoke("Which river runs through Quenmar?")["metadata"]["mnemoscope"]
+    assert v["n_calls"] == 2 and len(v["calls"]) == 2
+    flags = [c["memory_flag"] for c in v["calls"] if c["status"] == "ok"]
+    assert v["memory_flag"] == any(flags) and v["flagged_calls"] == [
+        i for i, c in enumerate(v["calls"]) if c["memory_flag"]
+    ]
+    assert chain_verdict([])["memory_flag"] is None
 
 
 # -- LlamaIndex ------------------------------------------------------------------------------------
@@ -205,7 +313,7 @@ def test_llamaindex_evaluator_and_batch_runner(auditor: Any) -> None:
     )
     assert not r.invalid_result and r.passing is not None and 0.0 <= (r.score or 0.0) <= 1.0
     direct = auditor.audit_one(DOCS["quenmar"], "Which river runs through Quenmar?", answer="The Zorblat.")
-    assert r.passing == (direct.source == "context")
+    assert r.passing == (not direct.memory_flag)  # the verdict's flag, no rule of its own
     assert r.score == pytest.approx(1.0 - direct.p_memory)
     assert direct.source in (r.feedback or "")
     empty = ev.evaluate(query="Where is Quenmar?", response="North.", contexts=[])

@@ -22,6 +22,7 @@ __all__ = [
     "AuditError",
     "AuditRecord",
     "Generator",
+    "app_prompts",
     "audit_pair",
     "clear_audit_cache",
     "fit_context",
@@ -30,7 +31,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Status = Literal["ok", "skipped", "failed"]
+Status = Literal["ok", "skipped", "refused", "failed"]
 TRUNCATION_POLICY = "head"  # keep the first tokens: retrievers put the best-ranked documents first
 
 
@@ -70,10 +71,16 @@ class AuditRecord:
     def p_memory(self) -> float | None:
         return None if self.audit is None else self.audit["p_memory"]
 
+    @property
+    def memory_flag(self) -> bool | None:
+        """The verdict's memory flag (the rule's own; ``None`` when not audited)."""
+        return None if self.audit is None else self.audit.get("memory_flag")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "source": self.source,
+            "memory_flag": self.memory_flag,
             "p_memory": self.p_memory,
             "summary": None if self.audit is None else self.audit["summary"],
             "reason": self.reason,
@@ -183,11 +190,15 @@ def audit_pair(
     strict: bool = False,
     span_attributes: dict[str, Any] | None = None,
     run_id: str | None = None,
+    prompts: tuple[str, str] | None = None,
+    prompt_info: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """Audit the answer an LLM gave to ``query`` with ``documents`` as its context.
 
-    No documents: skipped with a reason. Any failure (bad input, a model error) is recorded
-    and returned, or raised as :class:`AuditError` when ``strict``.
+    With ``prompts`` (the prompt the LLM received, and the same without the retrieved context:
+    :func:`app_prompts`) those are audited; otherwise the profile's template renders (context,
+    query). No documents: skipped with a reason. Any failure (bad input, a model error) is
+    recorded and returned, or raised as :class:`AuditError` when ``strict``.
     """
     from mnemoscope.integrations import otel
     from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
@@ -217,7 +228,13 @@ def audit_pair(
         )
     info: dict[str, Any] = {}
     try:
-        context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs), query, answer)
+        if prompts is not None:  # the LLM's own prompt: audited as it was, nothing cut
+            context = "\n\n".join(str(d["content"]) for d in docs)
+            info = {"chars": len(context), "truncated": False, "policy": "none: the prompt the LLM received"}
+            info["prompt"] = dict(prompt_info or {})
+        else:
+            context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs), query, answer)
+            info["prompt"] = {"audited": "the profile's template", **(prompt_info or {})}
         attrs.update(
             {
                 "mnemoscope.context.truncated": info["truncated"],
@@ -230,7 +247,7 @@ def audit_pair(
         if answer is not None and not answer.strip():
             answer = None  # an empty answer cannot be teacher-forced: the audit generates its own
             attrs["mnemoscope.note"] = "the chain's answer was empty; the audit generated one"
-        reused = _recall(auditor, query, context, answer)
+        reused = None if prompts is not None else _recall(auditor, query, context, answer)
         attrs["mnemoscope.audited_while_generating"] = reused is not None
         with otel.audit_scope(documents=docs, attributes=attrs) as scope:
             if reused is not None:  # audited while the auditor's own model answered: no second pass
@@ -240,7 +257,17 @@ def audit_pair(
                 )
             else:
                 with _AUDIT_LOCK:
-                    (res,) = auditor.audit([AuditRequest(context, query, answer=answer)])
+                    (res,) = auditor.audit(
+                        [
+                            AuditRequest(
+                                context,
+                                query or "(the question is part of the prompt)",
+                                answer=answer,
+                                prompts=prompts,
+                                prompt_info=prompt_info,
+                            )
+                        ]
+                    )
         span_id = scope.span_ids[-1] if scope.span_ids else None
         trace_id = scope.trace_ids[-1] if scope.trace_ids else None
         if isinstance(res, AuditFailure):
@@ -270,6 +297,63 @@ def audit_pair(
             seconds=time.perf_counter() - t0,
             **base,  # type: ignore[arg-type]
         )
+
+
+def app_prompts(
+    auditor: Any,
+    received: str | list[dict[str, Any]],
+    documents: Sequence[str],
+    *,
+    wrap_as_user: bool = False,
+) -> tuple[tuple[str, str], dict[str, Any]] | str:
+    """The prompt an LLM received and the same prompt without the retrieved ``documents``, both
+    rendered as the model sees them; or the reason they cannot be (the caller then audits on the
+    profile's template and says so).
+
+    Args:
+        received: the LLM's prompt (a string) or its chat messages (OpenAI-style dicts).
+        wrap_as_user: the LLM wraps a string prompt as one user turn of the model's chat
+            template (what :class:`MnemoscopeLLM` does when the profile is a chat profile).
+    """
+    from mnemoscope.pipelines.layout import LayoutMismatch, check_layout, locate_documents
+
+    prof = auditor.profile
+    chat = bool(prof.header.get("prompt", {}).get("chat"))
+    if isinstance(received, str) and wrap_as_user and chat:
+        msgs: list[dict[str, Any]] = []
+        sp = getattr(getattr(prof, "builder", None), "system_prompt", None)
+        if sp is not None:
+            msgs.append({"role": "system", "content": sp})
+        received = [*msgs, {"role": "user", "content": received}]
+    body: dict[str, Any] = {"messages": received} if isinstance(received, list) else {"prompt": received}
+    loc = locate_documents(body, documents)
+    if isinstance(loc, str):
+        return loc
+    try:
+        check_layout(prof.header, loc, profile_name=f"the profile {getattr(prof, 'path', '')}")
+    except LayoutMismatch as e:
+        return f"refused: {e.reason}"
+    info = {**loc.to_dict(), "chat": loc.messages_with is not None}
+    if loc.messages_with is None:
+        assert loc.prompt_with is not None and loc.prompt_without is not None
+        return (loc.prompt_with, loc.prompt_without), info
+    assert loc.messages_without is not None
+    tracer = getattr(auditor, "tracer", None)
+    endpoint = None
+    if tracer is None:  # over an endpoint: the profile's chat template, as the proxy renders
+        endpoint = getattr(auditor, "endpoint_profile", None) or getattr(
+            getattr(auditor, "backend", None), "settings", None
+        )
+    if endpoint is not None:
+        tpl = endpoint.pair_config.template
+        render = lambda m: tpl.apply_chat_template(m, add_generation_prompt=True)  # noqa: E731
+    elif tracer is not None and getattr(tracer.tokenizer, "chat_template", None):
+        render = lambda m: str(  # noqa: E731
+            tracer.tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+        )
+    else:
+        return "the auditor's model has no chat template to render the LLM's messages with"
+    return (render(loc.messages_with), render(loc.messages_without)), info
 
 
 class Generator:

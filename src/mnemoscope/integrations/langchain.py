@@ -8,10 +8,18 @@
   ancestor with the LLM run), audits (query = the retriever's query, context = the documents
   joined by blank lines, answer = the LLM's output, teacher-forced), and keeps one
   :class:`~mnemoscope.integrations._common.AuditRecord` per LLM call in ``handler.records``.
-  An LLM call without retrieval is recorded as skipped; a failed audit is recorded and the
-  chain's output is untouched (``strict=True`` raises instead).
+  Retrieval is a ``BaseRetriever`` run, or any runnable marked with :func:`mark_context` (or
+  ``.with_config(metadata={"mnemoscope_context": True})``): its output (documents, or text) is
+  the context, e.g. a ``RunnableLambda`` that returns documents. The audited prompt is the one
+  the LLM received (its chat messages or its prompt string, with only the documents' text
+  removed for the no-context path); when the documents do not occur verbatim in it, the
+  profile's template is audited instead and the record says so (``context["prompt"]``). An LLM
+  call without retrieval is recorded as skipped and warned about once per handler; a failed
+  audit is recorded and the chain's output is untouched (``strict=True`` raises instead).
 * :class:`MnemoscopeRunnable`: wraps a chain; returns ``{"output": <the chain's output,
-  unchanged>, "metadata": {"mnemoscope": {...verdict..., "audits": [...]}}}``.
+  unchanged>, "metadata": {"mnemoscope": {...}}}``: every LLM call's own verdict (``calls``) and
+  the chain-level ``memory_flag`` (set when any audited call's memory flag is), stated as such;
+  no single call stands for the chain.
 * :class:`MnemoscopeLLM`: the auditor's own model as a LangChain LLM (greedy, the profile's
   prompt); :func:`rag_prompt` is the profile's prompt as a ``PromptTemplate``;
   :class:`MiniLMEmbeddings` the offline all-MiniLM-L6-v2 for an ``InMemoryVectorStore``.
@@ -27,7 +35,9 @@ Example (offline, the embedded default model)::
 
 from __future__ import annotations
 
+import logging
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -38,6 +48,7 @@ from mnemoscope.integrations._common import (
     AuditRecord,
     Generator,
     MiniLM,
+    app_prompts,
     audit_pair,
     load_auditor,
 )
@@ -53,14 +64,71 @@ from langchain_core.runnables.config import ensure_config  # noqa: E402
 from pydantic import ConfigDict, PrivateAttr  # noqa: E402
 
 __all__ = [
+    "CONTEXT_KEY",
     "AuditError",
     "AuditRecord",
     "MiniLMEmbeddings",
     "MnemoscopeCallbackHandler",
     "MnemoscopeLLM",
     "MnemoscopeRunnable",
+    "chain_verdict",
+    "mark_context",
     "rag_prompt",
 ]
+
+log = logging.getLogger(__name__)
+
+#: run metadata key that marks a runnable's output as the retrieved context (:func:`mark_context`)
+CONTEXT_KEY = "mnemoscope_context"
+
+
+def mark_context(runnable: Any) -> Any:
+    """Mark a runnable whose output is the retrieved context (documents, a string, or a list of
+    either), for :class:`MnemoscopeCallbackHandler`: e.g. ``mark_context(RunnableLambda(search))``
+    where ``search`` returns documents. Its input (a string, or the ``question``/``query``/
+    ``input`` key of a dict) is the query. The output passes through unchanged."""
+    from langchain_core.runnables import RunnableLambda
+
+    if not isinstance(runnable, Runnable):
+        runnable = RunnableLambda(runnable)
+    return runnable.with_config(metadata={CONTEXT_KEY: True})
+
+
+def _docs_of(outputs: Any) -> list[dict[str, Any]]:
+    """Documents from a marked runnable's output (documents, strings, or a dict with ``output``)."""
+    if isinstance(outputs, dict) and set(outputs) == {"output"}:
+        outputs = outputs["output"]
+    items = outputs if isinstance(outputs, list | tuple) else [outputs]
+    out = []
+    for d in items:
+        if isinstance(d, str):
+            out.append({"content": d, "id": None, "score": None, "metadata": None})
+        elif hasattr(d, "page_content"):
+            out.append(_doc(d))
+    return out
+
+
+def _query_of(inputs: Any) -> str:
+    if isinstance(inputs, dict):
+        for k in ("question", "query", "input"):
+            if isinstance(inputs.get(k), str):
+                return str(inputs[k])
+        if set(inputs) == {"input"}:
+            return str(inputs["input"])
+    return inputs if isinstance(inputs, str) else ""
+
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
+
+
+def _messages(msgs: Sequence[Any]) -> list[dict[str, Any]]:
+    out = []
+    for m in msgs:
+        content = getattr(m, "content", "")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+        out.append({"role": _ROLES.get(str(getattr(m, "type", "human")), "user"), "content": str(content)})
+    return out
 
 
 def _doc(d: Any) -> dict[str, Any]:
@@ -104,7 +172,10 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._parent: dict[UUID, UUID | None] = {}
         self._retrievals: dict[UUID, dict[str, Any]] = {}
-        self._llm_prompts: dict[UUID, list[str]] = {}
+        self._llm_prompts: dict[UUID, Any] = {}
+        self._llm_kind: dict[UUID, bool] = {}  # run -> the LLM wraps its prompt as a user turn
+        self._marked: dict[UUID, str] = {}  # marked context runs -> their query
+        self._warned = False
 
     # -- run tree ------------------------------------------------------------------------------
 
@@ -128,10 +199,17 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
         self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> None:
         self._note(run_id, parent_run_id)
+        if (kw.get("metadata") or {}).get(CONTEXT_KEY) and parent_run_id not in self._marked:
+            with self._lock:  # the outermost marked run (its children inherit the metadata)
+                self._marked[run_id] = _query_of(inputs)
 
     def on_chain_end(
         self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> None:
+        if run_id in self._marked:
+            with self._lock:
+                q = self._marked[run_id]
+                self._retrievals[run_id] = {"query": q, "documents": _docs_of(outputs), "consumed": False}
         if parent_run_id is None:
             self._forget(run_id)
 
@@ -147,6 +225,8 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
             for r in gone:
                 self._retrievals.pop(r, None)
                 self._llm_prompts.pop(r, None)
+                self._llm_kind.pop(r, None)
+                self._marked.pop(r, None)
             for r in gone:
                 self._parent.pop(r, None)
 
@@ -173,16 +253,18 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kw: Any,
     ) -> None:
+        ids = (serialized or {}).get("id") or []
         with self._lock:
             self._parent[run_id] = parent_run_id
-            self._llm_prompts[run_id] = list(prompts)
+            self._llm_prompts[run_id] = prompts[0] if prompts else ""
+            self._llm_kind[run_id] = bool(ids) and ids[-1] == "MnemoscopeLLM"
 
     def on_chat_model_start(
         self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> None:
         with self._lock:
             self._parent[run_id] = parent_run_id
-            self._llm_prompts[run_id] = [str(m) for m in messages]
+            self._llm_prompts[run_id] = _messages(messages[0]) if messages else []
 
     def _retrieval_for(self, llm_run: UUID) -> dict[str, Any] | None:
         """The finished retrievals under the LLM run's closest ancestor that has any."""
@@ -204,24 +286,80 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
         self._parent.setdefault(run_id, parent_run_id)
         answer = _llm_text(response)
         found = self._retrieval_for(run_id)
-        prompts = self._llm_prompts.get(run_id) or [""]
+        received = self._llm_prompts.get(run_id) or ""
         if found is None:
-            rec = audit_pair(
-                self.auditor, query=prompts[0][-200:], documents=[], answer=answer, run_id=str(run_id)
-            )
+            self._warn_once(run_id)
+            text = received if isinstance(received, str) else " ".join(m["content"] for m in received)
+            rec = audit_pair(self.auditor, query=text[-200:], documents=[], answer=answer, run_id=str(run_id))
         else:
-            rec = audit_pair(
-                self.auditor,
-                query=found["query"],
-                documents=found["documents"],
-                answer=answer,
-                strict=self.strict,
-                run_id=str(run_id),
-                span_attributes={"mnemoscope.framework": "langchain"},
-            )
+            rec = self._audit(run_id, found, received, answer)
         rec.root_run_id = str(self._root(run_id))
         with self._lock:
             self.records.append(rec)
+
+    def _warn_once(self, run_id: UUID) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        msg = (
+            f"mnemoscope: LLM call {run_id} has no retrieved context feeding it (no BaseRetriever run and no "
+            "runnable marked with mnemoscope.integrations.langchain.mark_context): its audit is skipped. "
+            "If retrieval is a plain runnable, wrap it in mark_context(...). (warned once per handler)"
+        )
+        log.warning(msg)
+        warnings.warn(msg, UserWarning, stacklevel=2)
+
+    def _audit(self, run_id: UUID, found: dict[str, Any], received: Any, answer: str) -> AuditRecord:
+        """Audit the prompt the LLM received (or, when the documents are not in it verbatim, the
+        profile's template, saying so)."""
+        docs = found["documents"]
+        attrs = {"mnemoscope.framework": "langchain"}
+        kw: dict[str, Any] = {}
+        gen = (
+            Generator(self.auditor, audit=False)
+            if getattr(self.auditor, "tracer", None) is not None
+            else None
+        )
+        is_template = (
+            isinstance(received, str)
+            and self._llm_kind.get(run_id, False)
+            and gen is not None
+            and gen.parse(received) is not None
+        )
+        if is_template:  # the profile's own prompt (rag_prompt + MnemoscopeLLM): the same thing
+            kw["prompt_info"] = {"audited": "the profile's template = the prompt the LLM received"}
+        else:
+            got = app_prompts(
+                self.auditor,
+                received,
+                [str(d["content"]) for d in docs],
+                wrap_as_user=self._llm_kind.get(run_id, False),
+            )
+            if isinstance(got, str) and got.startswith("refused: "):
+                return AuditRecord(
+                    status="refused",
+                    query=found["query"],
+                    answer=answer,
+                    reason=got[len("refused: ") :],
+                    n_documents=len(docs),
+                    run_id=str(run_id),
+                )
+            if isinstance(got, str):
+                kw["prompt_info"] = {"why_not_the_llm_prompt": got}
+                attrs["mnemoscope.note"] = f"audited on the profile's template: {got}"
+            else:
+                kw["prompts"], info = got
+                kw["prompt_info"] = {"audited": "the prompt the LLM received", **info}
+        return audit_pair(
+            self.auditor,
+            query=found["query"],
+            documents=docs,
+            answer=answer,
+            strict=self.strict,
+            run_id=str(run_id),
+            span_attributes=attrs,
+            **kw,
+        )
 
     def records_for(self, root_run_id: UUID | str) -> list[AuditRecord]:
         """The records of one top-level run (one ``invoke`` or one input of a ``batch``)."""
@@ -229,16 +367,22 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
         return [r for r in self.records if r.root_run_id == key]
 
 
-def _verdict(records: Sequence[AuditRecord]) -> dict[str, Any]:
+def chain_verdict(records: Sequence[AuditRecord]) -> dict[str, Any]:
+    """A chain run's audit: each LLM call's own verdict (``calls``, in completion order) and the
+    chain-level ``memory_flag``, which is stated for what it is: set when the memory flag of any
+    audited call is set (``flagged_calls`` lists them), ``None`` when no call was audited.
+    No call's source stands for the chain's."""
     audited = [r for r in records if r.status == "ok"]
-    last = audited[-1] if audited else (records[-1] if records else None)
+    flagged = [i for i, r in enumerate(records) if r.status == "ok" and r.memory_flag]
     return {
-        "status": "none" if last is None else last.status,
-        "source": None if last is None else last.source,
-        "p_memory": None if last is None else last.p_memory,
-        "summary": None if last is None or last.audit is None else last.audit["summary"],
-        "reason": None if last is None else last.reason,
-        "audits": [r.to_dict() for r in records],
+        "memory_flag": bool(flagged) if audited else None,
+        "rule": "the chain's memory_flag is set when any audited LLM call's memory_flag is set",
+        "n_calls": len(records),
+        "n_audited": len(audited),
+        "flagged_calls": flagged,
+        "status": "ok" if audited else ("none" if not records else records[-1].status),
+        "reasons": sorted({r.reason for r in records if r.reason}),
+        "calls": [r.to_dict() for r in records],
     }
 
 
@@ -246,8 +390,8 @@ class MnemoscopeRunnable(Runnable[Any, dict[str, Any]]):
     """A chain wrapped so that each call also returns its audit.
 
     ``invoke(x)`` returns ``{"output": chain.invoke(x), "metadata": {"mnemoscope": verdict}}``
-    where ``verdict`` holds ``status``, ``source``, ``p_memory``, ``summary``, ``reason`` (of
-    the last audited LLM call) and ``audits`` (every record of this call). ``ainvoke``,
+    where ``verdict`` is :func:`chain_verdict` of this call's records (each LLM call's verdict
+    in ``calls``; the chain-level ``memory_flag`` and the rule that makes it). ``ainvoke``,
     ``batch`` and ``abatch`` work the same way (one fresh handler per input).
     """
 
@@ -273,14 +417,14 @@ class MnemoscopeRunnable(Runnable[Any, dict[str, Any]]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         cfg, handler = self._config(config)
         out = self.chain.invoke(input, cfg, **kwargs)
-        return {"output": out, "metadata": {"mnemoscope": _verdict(handler.records)}}
+        return {"output": out, "metadata": {"mnemoscope": chain_verdict(handler.records)}}
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         cfg, handler = self._config(config)
         out = await self.chain.ainvoke(input, cfg, **kwargs)
-        return {"output": out, "metadata": {"mnemoscope": _verdict(handler.records)}}
+        return {"output": out, "metadata": {"mnemoscope": chain_verdict(handler.records)}}
 
 
 class MnemoscopeLLM(LLM):

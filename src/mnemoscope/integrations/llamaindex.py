@@ -5,7 +5,7 @@
 * :class:`MnemoscopeEvaluator`: LlamaIndex's evaluator interface (``evaluate`` /
   ``aevaluate`` / ``evaluate_response``; usable with ``BatchEvalRunner``). ``score`` is
   ``1 - p_memory`` (how much the answer relies on the context, higher is better, as
-  LlamaIndex scores go), ``passing`` is ``source == "context"``, ``feedback`` is the verdict's
+  LlamaIndex scores go), ``passing`` is the verdict's ``memory_flag`` not set, ``feedback`` is the verdict's
   sentence; a skipped or failed audit gives ``invalid_result=True`` with the reason.
 * :class:`MnemoscopeEventHandler`: register it on the root dispatcher
   (``get_dispatcher().add_event_handler(h)``) and every query-engine call is audited as it
@@ -104,7 +104,7 @@ def to_evaluation(rec: AuditRecord, contexts: Sequence[str] | None = None) -> Ev
         query=rec.query,
         contexts=list(contexts or []),
         response=rec.answer,
-        passing=a["source"] == "context",
+        passing=None if a.get("memory_flag") is None else not a["memory_flag"],
         score=None if p is None else 1.0 - float(p),
         feedback=f"{a['source']}: {a['summary']}"
         + ("" if p is None else f" (p_memory = {p:.2f}; score = 1 - p_memory)"),

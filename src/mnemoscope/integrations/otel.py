@@ -334,6 +334,7 @@ def result_attributes(result: Any) -> dict[str, Any]:
         {
             "mnemoscope.status": "ok",
             "mnemoscope.source": d.get("source"),
+            "mnemoscope.memory_flag": d.get("memory_flag"),
             "mnemoscope.p_memory": d.get("p_memory"),
             "mnemoscope.summary": d.get("summary"),
             "mnemoscope.rule": d.get("rule"),

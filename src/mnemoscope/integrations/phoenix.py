@@ -81,6 +81,7 @@ def annotate(
             },
             "metadata": {
                 "rule": audit.get("rule"),
+                "memory_flag": audit.get("memory_flag"),
                 "repcs_z": (audit.get("evidence") or {}).get("repcs_z"),
                 "certified": (audit.get("guarantee") or {}).get("certified"),
             },

@@ -96,6 +96,22 @@ def failure_of(e: BaseException) -> AuditFailure:
 # -- in process ------------------------------------------------------------------------------------
 
 
+def prepare_prompts(tracer: Any, rid: str, req: AuditRequest, T: int) -> Any:
+    """A :class:`~mnemoscope.trace.pair.PreparedPair` from two pre-rendered prompts (with the context,
+    without it): tokenized as chat-rendered text (it already holds its special tokens when it was
+    rendered with a chat template), checked against the model's window."""
+    from mnemoscope.trace.pair import PairItem, PreparedPair
+
+    assert req.prompts is not None
+    p_with, p_without = req.prompts
+    chat = bool((req.prompt_info or {}).get("chat", True))
+    ids_with = tracer.encode(p_with, chat=chat)
+    ids_without = tracer.encode(p_without, chat=chat)
+    tracer.check_length(len(ids_with), record=rid, field="prompts", extra=T)
+    tracer.check_length(len(ids_without), record=rid, field="prompts", extra=T)
+    return PreparedPair(PairItem(rid, req.context, req.query), p_with, p_without, ids_with, ids_without)
+
+
 class LocalBackend:
     """The model in this process (module doc).
 
@@ -156,10 +172,6 @@ class LocalBackend:
         bad = check_request(req, self.profile.max_new_tokens)
         if bad is not None:
             return bad
-        if req.prompts is not None:
-            return AuditFailure(
-                422, "pre-rendered prompts are audited over an endpoint only", "prompts", kind="InputError"
-            )
         T = req.max_new_tokens or self.profile.max_new_tokens
         for text, name, cap in (
             (req.context, "context", self.max_context_tokens),
@@ -182,9 +194,12 @@ class LocalBackend:
                 )
             T = len(forced)
         try:
-            prepared = prepare_pair(
-                self.tracer, PairItem(rid, req.context, req.query), self.profile.pair_config(T)
-            )
+            if req.prompts is not None:  # an application's own prompts (the integrations): traced as given
+                prepared = prepare_prompts(self.tracer, rid, req, T)
+            else:
+                prepared = prepare_pair(
+                    self.tracer, PairItem(rid, req.context, req.query), self.profile.pair_config(T)
+                )
         except InputError as e:
             return failure_of(e)
         return prepared, forced, T

@@ -47,6 +47,7 @@ __all__ = [
     "Located",
     "check_layout",
     "locate_context",
+    "locate_documents",
     "message_text",
     "profile_layout",
 ]
@@ -269,22 +270,7 @@ def locate_context(
         if isinstance(found, str):
             return found
         i, s, e, how = found
-        with_ = [{**m, "content": texts[j]} for j, m in enumerate(msgs)]
-        without = [dict(m) for m in with_]
-        without[i]["content"] = texts[i][:s] + texts[i][e:]
-        lu = _last_user(msgs, query_role)
-        query = "" if lu is None else str(without[lu]["content"]).strip()
-        return Located(
-            context=texts[i][s:e],
-            query=query,
-            layout=_layout_of(msgs, i, query_role),
-            how=how,
-            message=i,
-            start=s,
-            end=e,
-            messages_with=with_,
-            messages_without=without,
-        )
+        return _located_span(body, texts, i, s, e, how, query_role)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -297,19 +283,77 @@ def locate_context(
         if isinstance(found, str):
             return found.replace("in the last user message or the system messages", "in the prompt")
         _, s, e, how = found
-        without_p = prompt[:s] + prompt[e:]
+        return _located_span({"prompt": prompt}, [prompt], 0, s, e, how, query_role)
+    return "the request has neither chat messages nor a single string prompt"
+
+
+def locate_documents(
+    body: dict[str, Any], documents: Sequence[str], *, query_role: str = "user"
+) -> Located | str:
+    """Locate retrieved ``documents`` (their texts) in a request: every document must occur
+    verbatim in one message (searched in the default order) or in the prompt; the context is the
+    span from the first document's start to the last one's end (the separators the application
+    put between them go with it). Returns the reason when they are not all there."""
+    docs = [d for d in documents if d.strip()]
+    if not docs:
+        return "no retrieved document has any text"
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs and all(isinstance(m, dict) for m in msgs):
+        texts = [message_text(m.get("content")) for m in msgs]
+        order = _search_order(msgs, query_role)
+    elif isinstance(body.get("prompt"), str):
+        texts, order = [str(body["prompt"])], [0]
+    else:
+        return "the request has neither chat messages nor a single string prompt"
+    for i in order:
+        spans = [(texts[i].rfind(d), len(d)) for d in docs]
+        if all(s >= 0 for s, _ in spans):
+            start = min(s for s, _ in spans)
+            end = max(s + n for s, n in spans)
+            spec: dict[str, Any] = {"message": i} if msgs is not None and isinstance(msgs, list) else {}
+            found = (
+                locate_context(body, {**spec, "start": texts[i][:start][-0:] or "", "end": ""})
+                if False
+                else None
+            )
+            del found
+            return _located_span(body, texts, i, start, end, "the retrieved documents' text", query_role)
+    return "the retrieved documents do not all occur verbatim in one message of the prompt the LLM received"
+
+
+def _located_span(
+    body: dict[str, Any], texts: list[str], i: int, s: int, e: int, how: str, query_role: str
+) -> Located:
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        with_ = [{**m, "content": texts[j]} for j, m in enumerate(msgs)]
+        without = [dict(m) for m in with_]
+        without[i]["content"] = texts[i][:s] + texts[i][e:]
+        lu = _last_user(msgs, query_role)
         return Located(
-            context=prompt[s:e],
-            query=without_p.strip()[-500:],
-            layout="prompt",
+            context=texts[i][s:e],
+            query="" if lu is None else str(without[lu]["content"]).strip(),
+            layout=_layout_of(msgs, i, query_role),
             how=how,
-            message=None,
+            message=i,
             start=s,
             end=e,
-            prompt_with=prompt,
-            prompt_without=without_p,
+            messages_with=with_,
+            messages_without=without,
         )
-    return "the request has neither chat messages nor a single string prompt"
+    prompt = texts[0]
+    without_p = prompt[:s] + prompt[e:]
+    return Located(
+        context=prompt[s:e],
+        query=without_p.strip()[-500:],
+        layout="prompt",
+        how=how,
+        message=None,
+        start=s,
+        end=e,
+        prompt_with=prompt,
+        prompt_without=without_p,
+    )
 
 
 # -- what a profile was calibrated for ---------------------------------------------------------------
