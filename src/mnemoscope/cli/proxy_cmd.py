@@ -85,6 +85,11 @@ def register(sub: Any) -> None:
         "calibrated on it (recorded as uncalibrated); repeatable",
     )
     p.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="forward only: nothing is audited or logged (to measure the proxy's own cost)",
+    )
+    p.add_argument(
         "--no-stream-verdict",
         action="store_true",
         help="do not append the `event: mnemoscope` verdict to streams (the audit is still logged)",
@@ -122,6 +127,7 @@ def _run(args: argparse.Namespace) -> int:
             audit_workers=args.audit_workers,
             accept_layouts=tuple(args.accept_layout),
             stream_verdict=not args.no_stream_verdict,
+            audit=not args.no_audit,
         ),
         auditor=auditor,
         store=store,

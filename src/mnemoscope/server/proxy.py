@@ -82,6 +82,8 @@ class ProxySettings:
         accept_layouts: context layouts audited although the profile was not calibrated on them.
         stream_verdict: append the ``event: mnemoscope`` verdict after a stream's ``[DONE]``.
         drain_timeout: seconds to wait at shutdown for the audits in flight to be logged.
+        audit: ``False``: forward only (the ``mnemoscope`` object is still removed; nothing is
+            audited or logged), to measure what the proxy itself costs.
     """
 
     upstream: str
@@ -95,6 +97,7 @@ class ProxySettings:
     accept_layouts: tuple[str, ...] = ()
     stream_verdict: bool = True
     drain_timeout: float = 60.0
+    audit: bool = True
 
 
 def _answer_of(resp: dict[str, Any]) -> str | None:
@@ -278,6 +281,8 @@ def create_proxy_app(
             m = body["mnemoscope"]
             spec = m.get("context") if isinstance(m, dict) else m
             raw = json.dumps({k: v for k, v in body.items() if k != "mnemoscope"}).encode()
+        if not settings.audit:
+            body = None  # forward only
         aid = uuid.uuid4().hex
         stream = bool(body and body.get("stream"))
         meta = {"upstream": base, "path": path, "stream": stream}
