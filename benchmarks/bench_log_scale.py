@@ -135,15 +135,17 @@ def main() -> None:
             k = min(args.fill_batch, fill_to - i)
             st.append([record(i + j, rng) for j in range(k)])
             i += k
-        lat = []
+        lat, cpu = [], []
         while i < m:
             k = min(args.batch, m - i)
             recs = [record(i + j, rng) for j in range(k)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             st.append(recs)
             lat.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             i += k
         out["append"][str(m)] = {
+            "cpu_this_process": summary_ms(cpu),
             **summary_ms(lat),
             "per_audit_mean_ms": round(statistics.fmean(lat) * 1e3 / args.batch, 4),
             "load": load(),
@@ -206,10 +208,11 @@ def main() -> None:
     out["load"]["before_verify"] = load()
     st.close()
     ro = open_store(args.db, readonly=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rep = ro.verify()
     out["verify"] = {
         "s": round(time.perf_counter() - t0, 2),
+        "cpu_s_this_process": round(time.process_time() - c0, 2),
         "ok": rep.ok,
         "n_entries": rep.n_entries,
         "n_checkpoints": rep.n_checkpoints,
