@@ -6,16 +6,25 @@ inside it when the file carries a provenance record (``mnemoscope.provenance``; 
 before that record existed say so), and the script that regenerates it.
 
     python benchmarks/results_manifest.py            # rewrite MANIFEST.md
-    python benchmarks/results_manifest.py --check    # exit 1 when a result file is missing from it
+    python benchmarks/results_manifest.py --check    # exit 1 when a result file is missing from it,
+                                                     # or a README number differs from its result file
+
+The README's measured table ("What each method tells you, measured") names, on each row, the
+result files its numbers come from; :data:`README_NUMBERS` says where in those files each number
+sits. :func:`check_readme` reads the table and fails when a row's numbers (in order) are not the
+registered ones, when a registered value no longer rounds to the number shown (at the number's own
+decimals), or when a row cites no file or the wrong one. ``tests/test_readme_numbers.py`` runs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -43,7 +52,7 @@ REGENERATE = [
     ("ray/", "python benchmarks/bench_ray.py"),
     ("reliance/", "mnemoscope bench run --suite reliance --out benchmarks/results/reliance"),
     ("repcs_overhead", "python benchmarks/bench_repcs.py"),
-    ("repcs/", "mnemoscope repcs eval (docs: README 'RePCS')"),
+    ("repcs/", "mnemoscope repcs eval (docs/repcs.md)"),
     ("scar/positive_control", "python benchmarks/scar_positive_control.py --stage all"),
     ("scar/", "python benchmarks/bench_scar.py"),
     ("shift/", "mnemoscope bench run --suite shift --out benchmarks/results/shift --threads 1"),
@@ -117,6 +126,193 @@ def build() -> str:
     return "\n".join(rows) + "\n"
 
 
+# -- the README's measured table -----------------------------------------------------------------
+
+README = ROOT / "README.md"
+README_TABLE = "## What each method tells you, measured"
+
+# row label (the first cell, without markup) -> every number of the row, in reading order:
+# (the number as printed, result file under benchmarks/results/, where the value sits in it).
+# A location is dot-separated keys, [i] list indices, and [key=value,...] picks the one list item
+# whose fields match (leaderboards are lists of {method, sibling, ...} rows).
+_REL = "reliance/leaderboard.json"
+_VER = "verdict/eval.json"
+_MEM = "membership/leaderboard.json"
+_SHIFT = "shift/leaderboard.json"
+_SCAR = "scar/positive_control/summary.json"
+_RADAR = "radar/report.json"
+_FAM = "crm/families/membership-positive/report.json"
+README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
+    "RePCS (KL with vs without the context)": [
+        ("247", _REL, "[method=repcs].n"),
+        ("172", _REL, "[method=repcs].n_pos"),
+        ("75", _REL, "[method=repcs].n_neg"),
+        ("0.922", _REL, "[method=repcs].roc_auc"),
+        ("0.882", _REL, "[method=repcs].roc_auc_ci[0]"),
+        ("0.958", _REL, "[method=repcs].roc_auc_ci[1]"),
+    ],
+    "closed-book log-probability": [
+        ("0.956", _REL, "[method=closed_book_logprob].roc_auc"),
+        ("0.931", _REL, "[method=closed_book_logprob].roc_auc_ci[0]"),
+        ("0.977", _REL, "[method=closed_book_logprob].roc_auc_ci[1]"),
+    ],
+    "the verdict (`audit`: p_memory, token spans)": [
+        ("312", _VER, "A_cross_validation.n"),
+        ("5", _VER, "A_cross_validation.n_splits"),
+        ("0.978", _VER, "A_cross_validation.combination.auc"),
+        ("0.962", _VER, "A_cross_validation.combination.ci[0]"),
+        ("0.991", _VER, "A_cross_validation.combination.ci[1]"),
+        ("104", _VER, "B_held_out.n"),
+        ("0.963", _VER, "B_held_out.auc.p_memory.auc"),
+        ("0.929", _VER, "B_held_out.auc.p_memory.ci[0]"),
+        ("0.991", _VER, "B_held_out.auc.p_memory.ci[1]"),
+    ],
+    "likelihood attacks (loss, zlib, Min-K%(++), ref)": [
+        ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),
+        ("0.461", _MEM, "[method=loss,sibling=membership-weak].roc_auc"),
+        ("0.540", _MEM, "[method=loss,sibling=membership-strong].roc_auc"),
+        ("0.866", _SHIFT, "[method=min_k_pp_10].roc_auc"),
+        ("0.824", _SHIFT, "[method=min_k_pp_10].roc_auc_ci[0]"),
+        ("0.904", _SHIFT, "[method=min_k_pp_10].roc_auc_ci[1]"),
+    ],
+    "CRM (hidden-state displacement)": [
+        ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),
+        ("0.503", "crm/positive/report.json", "crm_lr.roc_auc"),
+        ("0.436", "crm/positive/report.json", "crm_lr.roc_auc_ci[0]"),
+        ("0.570", "crm/positive/report.json", "crm_lr.roc_auc_ci[1]"),
+        ("0.617", _FAM, "crm_lr.roc_auc"),
+        ("0.496", _FAM, "crm_l3_lr.roc_auc"),
+        ("0.957", "crm/families/shift-base/report.json", "crm_lr.roc_auc"),
+        ("0.935", "crm/families/shift-base/report.json", "crm_lr.roc_auc_ci[0]"),
+        ("0.975", "crm/families/shift-base/report.json", "crm_lr.roc_auc_ci[1]"),
+    ],
+    "SCAR (spectral rupture across depth)": [
+        ("10", _SCAR, "training.positive_tries[sibling=positive-e10].epochs"),
+        ("0.993", _SCAR, "loss_attack.positive_vs_clean_same_prompts.auc"),
+        ("0.002", _SCAR, "audits.p999:clean_s1-vs-clean.conditions.min_q.q_drift"),
+    ],
+    "RADAR (feature ensemble)": [
+        ("0.938", _RADAR, "train30_test100.measured.roc_auc"),
+        ("0.885", _RADAR, "train30_test100.measured.roc_auc_ci[0]"),
+        ("0.978", _RADAR, "train30_test100.measured.roc_auc_ci[1]"),
+        ("0.941", _RADAR, "cv_large.paper_length_matched.radar.estimate"),
+        ("0.83", _RADAR, "cv_large.paper_full.prompt_length_only.estimate"),
+    ],
+    "blind baselines (text only, no model)": [
+        ("1.000", _SHIFT, "[method=min_k_pp_10].blind_roc_auc"),
+        ("1.000", _SHIFT, "[method=min_k_pp_10].blind_roc_auc_ci[0]"),
+        ("1.000", _SHIFT, "[method=min_k_pp_10].blind_roc_auc_ci[1]"),
+        ("0.553", "membership_blind/leaderboard.json", "[method=loss,sibling=membership-weak].blind_roc_auc"),
+        (
+            "0.486",
+            "membership_blind/leaderboard.json",
+            "[method=loss,sibling=membership-weak].blind_roc_auc_ci[0]",
+        ),
+        (
+            "0.615",
+            "membership_blind/leaderboard.json",
+            "[method=loss,sibling=membership-weak].blind_roc_auc_ci[1]",
+        ),
+    ],
+}
+
+# a number: not part of a word (L3, Min-K%, p999) and not a percentage
+_NUMBER = re.compile(r"(?<![\w.%+-])\d+(?:\.\d+)?(?![\w.%]|\.\d| %)")
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def locate(data: Any, where: str) -> Any:
+    """The value at ``where`` (see :data:`README_NUMBERS`) in parsed JSON; KeyError when absent."""
+    for part in re.findall(r"\[[^\]]*\]|[^.\[\]]+", where):
+        if part.startswith("[") and "=" in part:
+            want = dict(kv.split("=", 1) for kv in part[1:-1].split(","))
+            hits = [
+                r for r in data if isinstance(r, dict) and all(str(r.get(k)) == v for k, v in want.items())
+            ]
+            if len(hits) != 1:
+                raise KeyError(f"{part} matches {len(hits)} items")
+            data = hits[0]
+        elif part.startswith("["):
+            data = data[int(part[1:-1])]
+        else:
+            if not isinstance(data, dict) or part not in data:
+                raise KeyError(part)
+            data = data[part]
+    return data
+
+
+def shown_as(value: Any, text: str) -> bool:
+    """Does ``value`` print as ``text`` at ``text``'s own decimals (0.9224 -> "0.922", 312 -> "312")?"""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return f"{value:.{decimals}f}" == text
+
+
+def readme_rows(text: str) -> list[tuple[str, list[str], list[str]]]:
+    """(label, numbers in reading order, cited files) of every row of the README's measured table."""
+    if README_TABLE not in text:
+        raise ValueError(f"README has no section {README_TABLE!r}")
+    section = text.split(README_TABLE, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "method":
+            continue
+        label = cells[0].replace("**", "")
+        numbers = [m.group(0) for c in cells[1:-1] for m in _NUMBER.finditer(c)]
+        files = _CODE.findall(cells[-1])
+        rows.append((label, numbers, files))
+    return rows
+
+
+def check_readme(text: str, results: Path = RESULTS) -> list[str]:
+    """Every problem between the README's measured table and the result files (empty: all agree)."""
+    problems = []
+    rows = readme_rows(text)
+    seen = {label for label, _, _ in rows}
+    for label in README_NUMBERS:
+        if label not in seen:
+            problems.append(f"README_NUMBERS row {label!r} is not in the README's table")
+    cache: dict[str, Any] = {}
+    for label, numbers, files in rows:
+        spec = README_NUMBERS.get(label)
+        if spec is None:
+            problems.append(
+                f"row {label!r}: not registered in README_NUMBERS (benchmarks/results_manifest.py)"
+            )
+            continue
+        if numbers != [n for n, _, _ in spec]:
+            problems.append(
+                f"row {label!r}: the README shows {numbers}, registered {[n for n, _, _ in spec]}"
+            )
+        for shown, rel, where in spec:
+            if rel not in files:
+                problems.append(f"row {label!r}: {shown} comes from {rel}, which the row does not cite")
+            if rel not in cache:
+                try:
+                    cache[rel] = json.loads((results / rel).read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError) as e:
+                    cache[rel] = e
+            data = cache[rel]
+            if isinstance(data, Exception):
+                problems.append(f"row {label!r}: cannot read {rel}: {data}")
+                continue
+            try:
+                value = locate(data, where)
+            except (KeyError, IndexError, TypeError) as e:
+                problems.append(f"row {label!r}: {rel} has no {where} ({e})")
+                continue
+            if not shown_as(value, shown):
+                problems.append(f"row {label!r}: README says {shown}, {rel} {where} = {value!r}")
+        for rel in files:
+            if rel not in {r for _, r, _ in spec}:
+                problems.append(f"row {label!r}: cites {rel} but no number of the row comes from it")
+    return problems
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true")
@@ -126,7 +322,10 @@ def main() -> int:
         missing = [p for p in _files() if f"`{p.relative_to(RESULTS).as_posix()}`" not in text]
         for p in missing:
             print(f"not in MANIFEST.md: {p.relative_to(ROOT)}", file=sys.stderr)
-        return 1 if missing else 0
+        problems = check_readme(README.read_text(encoding="utf-8"))
+        for line in problems:
+            print(f"README: {line}", file=sys.stderr)
+        return 1 if missing or problems else 0
     OUT.write_text(build())
     print(f"-> {OUT.relative_to(ROOT)} ({len(_files())} files)")
     return 0
