@@ -242,8 +242,8 @@ def test_postgres_store_chain_and_tampering(pg_url: str) -> None:
     st = open_store(pg_url, checkpoint_every=3)
     assert st.append([_rec(i) for i in range(1, 8)]) == list(range(1, 8))
     assert st.get("id2")["query"] == "q2"
-    items, total = st.history(flag=True, limit=2)
-    assert total == 3 and len(items) == 2
+    page = st.history(memory_flag=True, limit=2)  # RePCS-memorized records count as memory
+    assert [x["id"] for x in page.items] == ["id6", "id3"] and page.next_before_seq is None
     assert st.counts()["n_memorized"] == 2
     assert st.verify().ok and [c.tree_size for c in st.checkpoints()] == [3, 6]
     assert st.prune(1003.5) == 3 and st.verify().ok
