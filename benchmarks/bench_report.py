@@ -4,12 +4,14 @@ Usage::
 
     python benchmarks/bench_report.py --make-seed-input /tmp/seed.jsonl     # 12 memory + 12 clean held-out items
     mnemoscope audit --input /tmp/seed.jsonl --out /tmp/seed --threads 1    # the real batch audit (default model)
-    python benchmarks/bench_report.py --seed-dir /tmp/seed [--sizes 10,1000,10000,100000]
+    python benchmarks/bench_report.py --seed-dir /tmp/seed --seed-input /tmp/seed.jsonl [--sizes 10,1000,10000,100000]
 
 ``--seed-dir`` is a REAL batch audit's results folder (``mnemoscope audit --input FILE --out DIR``
 on the default model, e.g. the held-out reliance items); its rows are replicated with new ids
 (``<id>#<k>``) up to each size, so every row has the size and shape of a real result (tokens,
-evidence, guarantee, CRM fields). For each size the script writes the folder, then measures:
+evidence, guarantee, CRM fields), with words and numbers varied (:func:`replicate`) so that the
+compressed payload is not smaller than real results would give. For each size the script
+writes the folder and its input file (the queries), then measures:
 
 * ``results_bytes``: ``results.jsonl``; ``html_bytes``: the report, and its payload encoding;
 * ``build_seconds``: ``load_run`` + ``run_payload`` + ``render_html`` + write (Python, one process);
@@ -56,24 +58,68 @@ def make_seed_input(path: Path) -> None:
     )
 
 
-def replicate(seed_dir: Path, out: Path, n: int) -> None:
+def replicate(seed_dir: Path, seed_input: Path, out: Path, n: int, seed: int = 0) -> Path:
+    """``n`` rows shaped like the seed's real rows, with varied content so the payload does not
+    compress better than real results would: each row takes a seed row's structure (CRM fields,
+    evidence, guarantee, token count), its answer words are drawn at random from all seed answers'
+    words, every token number is jittered (normal, sd 0.5) and p_memory moves by sd 0.03 within
+    [0, 1]; the query is the seed query with three random words appended. Returns the input file
+    (queries by id) written next to the folder."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
     rows = [json.loads(x) for x in (seed_dir / "results.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    queries = {
+        r["id"]: r["query"] for r in map(json.loads, seed_input.read_text(encoding="utf-8").splitlines()) if r
+    }
+    vocab = [t["text"] for r in rows for t in r["tokens"] if t["text"].strip()]
+    words = [w for q in queries.values() for w in q.split()]
     out.mkdir(parents=True, exist_ok=True)
     (out / "meta.json").write_text((seed_dir / "meta.json").read_text(encoding="utf-8"), encoding="utf-8")
     (out / "errors.jsonl").write_text("", encoding="utf-8")
-    with (out / "results.jsonl").open("w", encoding="utf-8") as f:
+    inp = out.parent / f"{out.name}-input.jsonl"
+    with (out / "results.jsonl").open("w", encoding="utf-8") as f, inp.open("w", encoding="utf-8") as fi:
         for i in range(n):
-            r = dict(rows[i % len(rows)])
-            r["id"] = f"{r['id']}#{i // len(rows)}"
+            base = rows[i % len(rows)]
+            r = dict(base)
+            r["id"] = f"{base['id']}#{i // len(rows)}"
+            toks, pos = [], 0
+            for t in base["tokens"]:
+                text = str(vocab[rng.integers(len(vocab))])
+                noise = rng.normal(0.0, 0.5, size=3)
+                lw = t["logp_with"] + noise[0]
+                pmi = t["pmi"] + noise[1]
+                toks.append(
+                    {
+                        **t,
+                        "text": text,
+                        "pmi": pmi,
+                        "kl": abs(t["kl"] + noise[2]),
+                        "logp_with": lw,
+                        "logp_without": lw - pmi,
+                        "start": pos,
+                        "end": pos + len(text),
+                    }
+                )
+                pos += len(text)
+            r["tokens"] = toks
+            r["answer"] = "".join(t["text"] for t in toks)
+            if r.get("p_memory") is not None:
+                r["p_memory"] = float(min(1.0, max(0.0, r["p_memory"] + rng.normal(0.0, 0.03))))
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            extra = " ".join(str(words[j]) for j in rng.integers(len(words), size=3))
+            fi.write(
+                json.dumps({"id": r["id"], "context": "", "query": f"{queries[base['id']]} {extra}"}) + "\n"
+            )
+    return inp
 
 
-def build(folder: Path) -> tuple[Path, float, str]:
+def build(folder: Path, input_path: Path) -> tuple[Path, float, str]:
     from mnemoscope.provenance import provenance
     from mnemoscope.report.batch import load_run, write_report
 
     t0 = time.perf_counter()
-    run = load_run(folder)
+    run = load_run(folder, input_path=input_path)
     path = write_report(run, folder / "report.html", provenance=provenance())
     secs = time.perf_counter() - t0
     enc = (
@@ -133,6 +179,7 @@ def measure(browser: Any, path: Path, repeats: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed-dir", type=Path, help="a real batch audit's results folder")
+    ap.add_argument("--seed-input", type=Path, help="the seed audit's input (for the queries)")
     ap.add_argument(
         "--make-seed-input", type=Path, metavar="FILE", help="write the seed audit's input and exit"
     )
@@ -145,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         make_seed_input(args.make_seed_input)
         print(f"wrote {args.make_seed_input}")
         return 0
-    if args.seed_dir is None:
-        ap.error("--seed-dir DIR is required (or --make-seed-input FILE)")
+    if args.seed_dir is None or args.seed_input is None:
+        ap.error("--seed-dir DIR and --seed-input FILE are required (or --make-seed-input FILE)")
     from playwright.sync_api import sync_playwright
 
     from mnemoscope.provenance import provenance
@@ -179,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         result["browser"]["version"] = browser.version
         for n in [int(s) for s in args.sizes.split(",")]:
             folder = args.work / f"n{n}"
-            replicate(args.seed_dir, folder, n)
-            path, secs, enc = build(folder)
+            inp = replicate(args.seed_dir, args.seed_input, folder, n)
+            path, secs, enc = build(folder, inp)
             row = {
                 "n": n,
                 "results_bytes": (folder / "results.jsonl").stat().st_size,

