@@ -255,3 +255,20 @@ def test_sdist_carries_license_tests_and_what_they_read(tmp_path):
     assert "License-Expression: Apache-2.0" in pkg_info and "License-File: LICENSE" in pkg_info
     assert "Project-URL: Documentation" in pkg_info and "Classifier: Typing :: Typed" in pkg_info
     assert 'Requires-Dist: tomli>=1.1; python_version < "3.11" and extra == "server"' in pkg_info
+
+
+def test_calibrate_command_writes_a_profile_and_says_what_it_fitted(tiny_folder, tmp_path, capsys):
+    records = tmp_path / "calib.jsonl"
+    records.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "context": f"The town of Zor{i} lies on the river Ka{i % 5}.",
+                        "query": f"Where is Zor{i}?", "label": i % 2}) + "\n"
+            for i in range(40)
+        )
+    )  # fmt: skip
+    out = tmp_path / "profile"
+    argv = ["calibrate", "--model", str(tiny_folder), "--input", str(records), "--out", str(out), "-T", "4"]
+    assert main(["--quiet", *argv, "--threads", "1"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"wrote {out}: ") and "RePCS tau" in said and "profile hash" in said
+    assert (out / "profile.json").is_file()

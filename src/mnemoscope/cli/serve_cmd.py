@@ -153,9 +153,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     )
     h = prof.header
     thr = prof.anomaly.score_threshold
+    crm = (
+        "no CRM"
+        if prof.crm is None
+        else f"{len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, classifier {prof.crm.classifier}"
+    )
     print(
-        f"wrote {args.out}: {len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, "
-        f"classifier {prof.crm.classifier}, anomaly threshold "
+        f"wrote {args.out}: {crm}, anomaly threshold "
         f"{'any flagged layer' if thr is None else f'{thr:.3f}'} (n={prof.anomaly.n_threshold}), "
         f"RePCS tau {prof.repcs_tau:.3f} (n={h['repcs']['n']}); {h['data']['n_traced']} records "
         f"({h['data']['n_clean']} clean), profile hash {prof.content_hash[:16]}"
