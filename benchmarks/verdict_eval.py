@@ -2,7 +2,8 @@
 
 A. Cross-validation over every verified context-reliance item (``bench verify --chat``;
    5 folds grouped by fact): the verdict model (signal selection, logistic combination,
-   conformal threshold, and the token-attribution margin) is refitted on each training part;
+   conformal threshold, and the token-attribution margin) is refitted on each training part by
+   the library's own ``mnemoscope.pipelines.calibrate.fit_verdict`` (what the profile build calls);
    reported: the combination's AUC with a bootstrap CI against each single signal's AUC, the
    realised false-flag rate on held-out clean items next to alpha, memory recall, accuracy.
 B. The held-out third (``results/verdict/split.json``, never seen by the shipped profile),
@@ -42,14 +43,14 @@ def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
 def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
     from mnemoscope.detectors.repcs import RePCS
     from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
-    from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
     from mnemoscope.features.crm import crm_data_from_pairs
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import answer_pieces, trace_signals
+    from mnemoscope.pipelines.calibrate import fit_verdict, oof_crm_probability, token_margin
     from mnemoscope.pipelines.crm.eval import CRMEvalConfig
     from mnemoscope.pipelines.crm.extract import CRMFolder
     from mnemoscope.pipelines.crm.run import fit_crm
-    from mnemoscope.pipelines.profile import CalibrationConfig, oof_crm_probability
+    from mnemoscope.pipelines.profile import CalibrationConfig
+    from mnemoscope.pipelines.signals import answer_pieces, trace_signals
     from mnemoscope.trace import load_traces
 
     lm = load_model("default")
@@ -60,16 +61,15 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
     groups = [it.get("fact_id", it["id"]) for it in items]
     pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in traces]
     repcs = RePCS.from_calibration(profile.header["repcs"])
-    pmis = [
-        content_word_pmis(
-            pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
-        )
-        for t, pc in zip(traces, pieces, strict=True)
-    ]
     q = profile.header["config"]["token_margin_quantile"]
     cands = ("repcs_z", "closed_book_logprob", "context_token_fraction", "crm_probability")
     cfg = CalibrationConfig(
-        **{**profile.header["config"], "levels": tuple(profile.header["config"]["levels"])}
+        **{
+            **profile.header["config"],
+            "levels": tuple(profile.header["config"]["levels"]),
+            "verdict_candidates": cands,
+            "verdict_alpha": 0.05,
+        }
     )
     folder = CRMFolder(
         data=crm_data_from_pairs(traces), pairs=traces, token_stats=None, meta={"model": lm.info.to_dict()}
@@ -82,10 +82,10 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
         out = {k: np.array([r[k] for r in rows]) for k in cands if k != "crm_probability"}
         return {**out, "crm_probability": crm_prob}
 
-    def fold_signals(train: np.ndarray) -> dict[str, np.ndarray]:
-        """Every fitted step on the training rows only, as calibrate_profile does it."""
-        mem = [pmis[i] for i in train if labels[i] == 1]
-        margin = calibrate_margin(np.concatenate(mem) if mem else [], q)
+    def fit_fold(train: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
+        """The library's calibration on the training rows only: CRM's probability (out of fold inside
+        the training part, from a CRM fitted on it for the test rows) and ``fit_verdict`` (token
+        margin + verdict model); every row's signals with that fold's margin."""
         prob = np.zeros(len(traces))
         sub = replace(folder, data=folder.data.subset(train), pairs=[traces[i] for i in train])
         prob[train] = oof_crm_probability(sub, "lr", cfg)  # out of fold inside the training part
@@ -100,11 +100,18 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
             cv=False,
         )
         prob[test] = crm.predict_proba(folder.data.subset(test))
-        return signals_with_margin(margin, prob)
+        margin, model = fit_verdict(
+            lm,
+            [traces[i] for i in train],
+            labels[train],
+            repcs,
+            cfg,
+            crm_oof=prob[train],
+            pieces=[pieces[i] for i in train],
+        )
+        return model, signals_with_margin(margin, prob)
 
-    full_margin = calibrate_margin(
-        np.concatenate([p for p, y in zip(pmis, labels, strict=True) if y == 1]), q
-    )
+    full_margin = token_margin(traces, pieces, labels, q)
     # single-signal AUCs (no fitting): CRM's probability out of fold over all rows
     res = evaluate_verdict(
         signals_with_margin(full_margin, oof_crm_probability(folder, "lr", cfg)),
@@ -113,7 +120,7 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
         n_splits=5,
         seed=0,
         groups=groups,
-        fold_signals=fold_signals,
+        fit_fold=fit_fold,
     )
     res.pop("oof_p_memory")
     res["margin_on_all_items"] = full_margin
@@ -130,18 +137,29 @@ def _audit_all(auditor: Any, reqs: list[Any], batch: int = 8) -> list[Any]:
     return out
 
 
+def held_out_items(verified: list[dict]) -> list[dict]:
+    """The held-out third of the verified items (``results/verdict/split.json``), in split order."""
+    split = json.loads((RESULTS / "split.json").read_text())
+    by_id = {it["id"]: it for it in verified}
+    return [by_id[i] for i in split["test_ids"]]
+
+
 def part_b(verified: list[dict], auditor: Any) -> dict[str, Any]:
     from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
 
-    split = json.loads((RESULTS / "split.json").read_text())
-    by_id = {it["id"]: it for it in verified}
-    items = [by_id[i] for i in split["test_ids"]]
+    items = held_out_items(verified)
     t0 = time.perf_counter()
     results = _audit_all(auditor, [AuditRequest(it["context"], it["query"], id=it["id"]) for it in items])
     secs = time.perf_counter() - t0
-    rows = [(it, r) for it, r in zip(items, results, strict=True) if not isinstance(r, AuditFailure)]
+    audits = [None if isinstance(r, AuditFailure) else r.to_dict() for r in results]
+    return held_out_metrics(items, audits, secs)
+
+
+def held_out_metrics(items: list[dict], audits: list[dict | None], secs: float) -> dict[str, Any]:
+    """Part B's figures from the audits (``AuditResult.to_dict()``, ``None`` = failed) of ``items``."""
+    rows = [(it, r) for it, r in zip(items, audits, strict=True) if r is not None]
     y = np.array([it["label"] for it, _ in rows])
-    d = [r.to_dict() for _, r in rows]
+    d = [r for _, r in rows]
     clean = y == 0
     src = np.array([x["source"] for x in d])
     sig = {

@@ -284,6 +284,8 @@ def evaluate_verdict(
     n_resamples: int = 1000,
     groups: Sequence[Any] | None = None,
     fold_signals: Callable[[np.ndarray], Mapping[str, Sequence[float] | np.ndarray]] | None = None,
+    fit_fold: Callable[[np.ndarray], tuple[VerdictModel, Mapping[str, Sequence[float] | np.ndarray]]]
+    | None = None,
 ) -> dict[str, Any]:
     """Leakage-free evaluation: outer stratified CV, the whole :class:`VerdictModel` refitted
     (selection, combination, conformal threshold) on each training part.
@@ -294,6 +296,9 @@ def evaluate_verdict(
     With ``groups`` (e.g. a fact and its paraphrase) a group never spans training and test folds.
     ``fold_signals(train_index)`` recomputes every row's signals with the steps fitted on the
     training rows only (e.g. the token-attribution margin), so nothing from a test fold leaks.
+    ``fit_fold(train_index)`` replaces both: it returns the model fitted on the training rows
+    (by the caller's own calibration function, e.g. the profile's) and every row's signals
+    measured with that fold's fitted steps; the test rows are scored with that model.
     """
     base = model or VerdictModel()
     names = list(base.candidates)
@@ -308,8 +313,12 @@ def evaluate_verdict(
     else:
         splits = StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed).split(X, lab, groups)
     for tr, te in splits:
-        Xf = X if fold_signals is None else signal_matrix(fold_signals(tr), names)
-        m = clone(base).fit({n: Xf[tr, j] for j, n in enumerate(names)}, lab[tr])
+        if fit_fold is not None:
+            m, sig = fit_fold(tr)
+            Xf = signal_matrix(sig, names)
+        else:
+            Xf = X if fold_signals is None else signal_matrix(fold_signals(tr), names)
+            m = clone(base).fit({n: Xf[tr, j] for j, n in enumerate(names)}, lab[tr])
         p = m.predict_proba({n: Xf[te, j] for j, n in enumerate(names)})
         oof[te] = p
         flags[te] = m.flag(p)

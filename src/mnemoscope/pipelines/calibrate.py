@@ -38,7 +38,7 @@ from mnemoscope.pipelines.profile import (
 from mnemoscope.pipelines.signals import answer_pieces, trace_signals
 from mnemoscope.stats.conformal import conformal_upper
 
-__all__ = ["calibrate_profile", "data_hash", "fit_verdict", "oof_crm_probability"]
+__all__ = ["calibrate_profile", "data_hash", "fit_verdict", "oof_crm_probability", "token_margin"]
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,28 @@ def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: 
     return oof
 
 
+def token_margin(
+    pairs: Sequence[Any],
+    pieces: Sequence[Sequence[str]],
+    labels: Sequence[int] | np.ndarray | None,
+    quantile: float,
+) -> float:
+    """The token-attribution margin: the ``quantile`` of content-word PMI on the memorized
+    (label 1) answers with a non-empty context (:func:`~mnemoscope.features.attribution.calibrate_margin`)."""
+    from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
+
+    mem_pmis = [
+        content_word_pmis(
+            pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
+        )
+        for t, pc, lab in zip(
+            pairs, pieces, labels if labels is not None else [None] * len(pairs), strict=True
+        )
+        if lab == 1 and not t.identical_prompts
+    ]
+    return calibrate_margin(np.concatenate(mem_pmis) if mem_pmis else [], quantile)
+
+
 def fit_verdict(
     lm: Any,
     pairs: Sequence[Any],
@@ -250,20 +272,9 @@ def fit_verdict(
     ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the endpoint
     backend passes the server's, with ``lm=None``).
     """
-    from mnemoscope.features.attribution import calibrate_margin, content_word_pmis
-
     if pieces is None:
         pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in pairs]
-    mem_pmis = [
-        content_word_pmis(
-            pc, np.asarray(t.logprob_answer_with) - np.asarray(t.logprob_answer_without), t.query
-        )
-        for t, pc, lab in zip(
-            pairs, pieces, labels if labels is not None else [None] * len(pairs), strict=True
-        )
-        if lab == 1 and not t.identical_prompts
-    ]
-    margin = calibrate_margin(np.concatenate(mem_pmis) if mem_pmis else [], c.token_margin_quantile)
+    margin = token_margin(pairs, pieces, labels, c.token_margin_quantile)
     if labels is None or len(np.unique(labels)) < 2:
         return margin, None
     keep = [i for i, t in enumerate(pairs) if not t.identical_prompts]

@@ -179,7 +179,7 @@ class EarlyStopError(InputError):
     """The first records of a batch all failed for the same cause (see :class:`EarlyStop`)."""
 
 
-_VOLATILE = re.compile(r"'[^']*'|\"[^\"]*\"|\d+(\.\d+)?")
+_VOLATILE = re.compile(r"(?<!\w)'[^']*'(?!\w)|\"[^\"]*\"|\d+(\.\d+)?")
 
 
 def cause_key(message: str, kind: str | None = None, status: int | None = None) -> str:
