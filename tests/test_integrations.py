@@ -409,6 +409,7 @@ def test_audit_spans_carry_verdict_and_parent(auditor: Any, spans: Any) -> None:
     assert a["retrieval.documents.0.document.content"] == DOCS["quenmar"]
     assert a["retrieval.documents.0.document.id"] == "quenmar"
     assert a["mnemoscope.source"] == rec.source and a["mnemoscope.p_memory"] == pytest.approx(rec.p_memory)
+    assert a["mnemoscope.memory_flag"] is rec.memory_flag and isinstance(rec.memory_flag, bool)
     assert a["mnemoscope.repcs.z"] == pytest.approx(rec.audit["evidence"]["repcs_z"])
     assert a["mnemoscope.context.truncated"] is False
     assert a["mnemoscope.audited_while_generating"] is True and a["mnemoscope.answer_forced"] is False
