@@ -197,6 +197,7 @@ def test_audit_spans_arrive_in_phoenix_on_the_right_spans(phoenix: str, rag_run:
         assert _attr(a, "input.value") == question
         assert _attr(a, "output.value").strip() == answer.strip()
         assert _attr(a, "mnemoscope.source") == rec.source
+        assert _attr(a, "mnemoscope.memory_flag") == rec.memory_flag  # the verdict's flag, not CRM's
         assert _attr(a, "mnemoscope.p_memory") == pytest.approx(rec.p_memory)
         assert _attr(a, "mnemoscope.repcs.z") == pytest.approx(rec.audit["evidence"]["repcs_z"])
         assert _attr(a, "mnemoscope.rule") == "combined"
@@ -231,6 +232,7 @@ def test_verdicts_written_back_as_span_annotations(phoenix: str, rag_run: dict[s
         assert res["label"] == rec.source
         assert res["score"] == pytest.approx(rec.p_memory)
         assert res["explanation"] == rec.audit["summary"]
+        assert got[qspan]["metadata"]["memory_flag"] == rec.memory_flag
 
 
 CHROMIUM = Path("/usr/bin/chromium")
