@@ -199,7 +199,9 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _llama(threads: int) -> Any:
-    from mnemoscope.models.endpoint import LlamaCppServer
+    sys.path.insert(0, str(ROOT / "tests"))
+    from llama_servers import LlamaCppServer  # the tests' server launcher (python -m llama_cpp.server)
+
     from mnemoscope.models.loader import default_gguf_path
 
     server = LlamaCppServer(
@@ -254,10 +256,18 @@ def _stream_once(base: str, max_tokens: int) -> dict[str, Any]:
         aid = r.headers.get("x-mnemoscope-audit-id")
         for part in r.iter_raw():
             buf += part
-            if ttft is None and b'"content"' in buf and b'"delta"' in buf:
-                ttft = time.perf_counter() - t0
-            if b"data: [DONE]" in buf:
-                break  # where an OpenAI client stops reading
+            while b"\n\n" in buf:
+                event, buf = buf.split(b"\n\n", 1)
+                data = event.strip().removeprefix(b"data:").strip()
+                if data == b"[DONE]":
+                    return {"ttft_s": ttft, "total_s": time.perf_counter() - t0, "audit_id": aid}
+                if ttft is None and data.startswith(b"{"):
+                    try:
+                        delta = json.loads(data)["choices"][0].get("delta") or {}
+                    except (ValueError, KeyError, IndexError):
+                        continue
+                    if delta.get("content"):  # the first token's text (not the role-only chunk)
+                        ttft = time.perf_counter() - t0
     return {"ttft_s": ttft, "total_s": time.perf_counter() - t0, "audit_id": aid}
 
 
