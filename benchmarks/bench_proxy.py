@@ -201,7 +201,6 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
 def _llama(threads: int) -> Any:
     sys.path.insert(0, str(ROOT / "tests"))
     from llama_servers import LlamaCppServer  # the tests' server launcher (python -m llama_cpp.server)
-
     from mnemoscope.models.loader import default_gguf_path
 
     server = LlamaCppServer(
