@@ -5,10 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 
-# torch: keep whatever torch is already installed (CUDA or not). If there is none, take
-# the CPU wheel 2.13.0: plain "torch" from PyPI is a multi-GB CUDA build on Linux.
+# torch: keep whatever torch is already installed (CUDA or not). If there is none, install
+# torch==2.13.0 from the configured index, or from TORCH_INDEX_URL when set (on Linux PyPI's torch
+# is the CUDA build; TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu gives the CPU one).
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install --disable-pip-version-check "torch==2.13.0"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    "$PY" -m pip install --disable-pip-version-check --index-url "$TORCH_INDEX_URL" "torch==2.13.0"
+  else
+    "$PY" -m pip install --disable-pip-version-check "torch==2.13.0"
+  fi
 fi
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')"
 CONSTRAINTS="$(mktemp)"
