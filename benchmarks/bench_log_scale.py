@@ -24,6 +24,7 @@ the windows themselves use ``--batch``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -58,11 +59,22 @@ WORDS = tuple(
 )
 
 
+IDS = "random"
+
+
+def audit_id(i: int) -> str:
+    """Random-looking ids like the server's uuid4 hex (their unique index is written at random
+    places), or sequential ones (always at the index's right edge: optimistic)."""
+    if IDS == "sequential":
+        return f"bench-{i:09d}"
+    return hashlib.md5(str(i).encode()).hexdigest()
+
+
 def record(i: int, rng: random.Random) -> dict[str, Any]:
     text = " ".join(rng.choice(WORDS) for _ in range(180))  # ~1.2 KB of answer
     src = SOURCES[i % 4]
     return {
-        "id": f"bench-{i:09d}",
+        "id": audit_id(i),
         "created_at": 1.7e9 + i * 0.01,
         "source": src,
         "memory_flag": src == "memory",
@@ -99,8 +111,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="audits per append() in the measured windows")
     ap.add_argument("--window", type=int, default=1000, help="audits per measured window")
     ap.add_argument("--fill-batch", type=int, default=500, help="audits per append() between windows")
+    ap.add_argument("--ids", choices=["random", "sequential"], default="random")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    global IDS
+    IDS = args.ids
     pg = args.db.startswith(("postgresql://", "postgres://"))
     if pg:
         import psycopg
@@ -119,6 +134,7 @@ def main() -> None:
         "batch": args.batch,
         "fill_batch": args.fill_batch,
         "window": args.window,
+        "ids": args.ids,
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "note": "shared 2-core machine (other sessions running); loadavg recorded per phase",
         "provenance": provenance(),
@@ -181,7 +197,7 @@ def main() -> None:
     st.checkpoint()
     proofs = {}
     for name, k in (("oldest", 0), ("middle", args.n // 2), ("newest", i - 1)):
-        t, p = timed(lambda k=k: st.prove(f"bench-{k:09d}"))
+        t, p = timed(lambda k=k: st.prove(audit_id(k)))
         path_bytes = len(json.dumps(p["inclusion_path"]))
         no_record = {k2: v for k2, v in p.items() if k2 != "record"}
         proofs[name] = {

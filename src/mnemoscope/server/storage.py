@@ -84,6 +84,7 @@ SCHEMA_VERSION = 2
 SOURCES = ("context", "memory", "mixed", "undetermined")
 _ADVISORY_KEY = 0x6D6E656D6F  # "mnemo": serialises schema changes between replicas
 _NID_LEVEL = 1 << 48  # node id = level * 2**48 + index
+_SQLITE_CACHE_KB = 64 * 1024
 
 
 class StorageError(MnemoscopeError):
@@ -1024,6 +1025,7 @@ def open_store(
         conn = sqlite3.connect(
             f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
+        conn.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KB}")
         return AuditStore(conn, pg=False, url=str(path), checkpoint_every=checkpoint_every, readonly=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_file = _take_writer_lock(path)
@@ -1033,6 +1035,7 @@ def open_store(
         if str(mode).lower() != "wal":
             raise StorageError(f"{path}: could not switch to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KB}")  # index pages stay hot at millions of rows
         return AuditStore(
             conn,
             pg=False,
