@@ -367,3 +367,26 @@ def test_slow_real_upstream_times_out_and_is_logged(llama_server, endpoint_profi
         assert head["status"] == "failed" and "timed out" in head["error"]
     finally:
         p.stop()
+
+
+def test_audit_wait_returns_the_answer_pending_and_logs_the_audit_later(
+    llama_server, endpoint_profile, tmp_path
+):
+    import httpx
+
+    p = _proxy(llama_server, endpoint_profile, tmp_path / "audit.db", audit_wait=0.01)
+    try:
+        r = _openai(p.base_url).chat.completions.create(
+            model="smollm2", messages=MESSAGES, temperature=0, max_tokens=16
+        )
+        pending = r.model_extra["mnemoscope"]
+        assert pending["status"] == "pending" and "--audit-wait" in pending["reason"]
+        deadline = time.monotonic() + 600
+        while (
+            g := httpx.get(f"http://127.0.0.1:{p.port}/mnemoscope/audits/{pending['id']}", timeout=10)
+        ).status_code != 200:
+            assert time.monotonic() < deadline, "the pending audit was never logged"
+            time.sleep(0.5)
+        assert g.json()["status"] == "audited" and g.json()["answer"] == r.choices[0].message.content
+    finally:
+        p.stop()

@@ -85,6 +85,14 @@ def register(sub: Any) -> None:
         "calibrated on it (recorded as uncalibrated); repeatable",
     )
     p.add_argument(
+        "--audit-wait",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a JSON answer waits at most S seconds for its audit, then returns with status 'pending' "
+        "(the audit is logged when done); default: wait for the verdict",
+    )
+    p.add_argument(
         "--no-audit",
         action="store_true",
         help="forward only: nothing is audited or logged (to measure the proxy's own cost)",
@@ -128,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
             accept_layouts=tuple(args.accept_layout),
             stream_verdict=not args.no_stream_verdict,
             audit=not args.no_audit,
+            audit_wait=args.audit_wait,
         ),
         auditor=auditor,
         store=store,

@@ -82,6 +82,9 @@ class ProxySettings:
         accept_layouts: context layouts audited although the profile was not calibrated on them.
         stream_verdict: append the ``event: mnemoscope`` verdict after a stream's ``[DONE]``.
         drain_timeout: seconds to wait at shutdown for the audits in flight to be logged.
+        audit_wait: seconds a JSON answer waits for its audit (``None``: until it is done); after
+            that the answer is returned with ``status: "pending"`` and the audit is logged when it
+            ends (``GET /mnemoscope/audits/{id}``). Streams never wait: their verdict follows ``[DONE]``.
         audit: ``False``: forward only (the ``mnemoscope`` object is still removed; nothing is
             audited or logged), to measure what the proxy itself costs.
     """
@@ -98,6 +101,7 @@ class ProxySettings:
     stream_verdict: bool = True
     drain_timeout: float = 60.0
     audit: bool = True
+    audit_wait: float | None = None
 
 
 def _answer_of(resp: dict[str, Any]) -> str | None:
@@ -208,7 +212,9 @@ def create_proxy_app(
             headers["X-Mnemoscope-Audit"] = json.dumps(summary(rec), ensure_ascii=True)
         return headers
 
-    async def audit_answer(located: Any, answer: str, aid: str, meta: dict[str, Any]) -> dict[str, Any]:
+    async def audit_answer(
+        located: Any, answer: str, aid: str, meta: dict[str, Any], wait: float | None = None
+    ) -> dict[str, Any]:
         """Audit (through the bounded queue) and log; a full queue sheds it as ``skipped``."""
         task = queue.submit(
             lambda: store_record(
@@ -233,7 +239,18 @@ def create_proxy_app(
                     "the answer passed unaudited",
                 )
             )
-        return dict(await asyncio.shield(task))  # a client gone does not cancel the audit
+        if wait is None:
+            return dict(await asyncio.shield(task))  # a client gone does not cancel the audit
+        try:
+            return dict(await asyncio.wait_for(asyncio.shield(task), wait))
+        except TimeoutError:
+            return base_record(
+                aid,
+                meta,
+                "pending",
+                reason=f"the audit was still running after {wait:g} s (--audit-wait); it is logged when it "
+                f"ends: GET /mnemoscope/audits/{aid}",
+            )
 
     @app.get("/mnemoscope/health")
     async def health() -> Any:
@@ -351,7 +368,7 @@ def create_proxy_app(
                 base_record(aid, meta, "failed", error="no answer text in the upstream's choices")
             )
         else:
-            rec = await audit_answer(located, answer, aid, meta)
+            rec = await audit_answer(located, answer, aid, meta, settings.audit_wait)
         data["mnemoscope"] = rec
         headers.pop("content-type", None)
         return Response(
