@@ -65,7 +65,7 @@
       else if (stats && !src) of = " of " + stats.n_memory_flag + " flagged";
       $("h-total").textContent = h.items.length + of + " shown";
       $("hist").innerHTML = h.items.map((a) =>
-        '<tr class="' + (a.memory_flag ? "flag" : "") + '" data-id="' + esc(a.id) + '" data-source="' + esc(a.source || "") + '">' +
+        '<tr class="' + (a.memory_flag ? "flagged" : "") + '" data-id="' + esc(a.id) + '" data-source="' + esc(a.source || "") + '">' +
         "<td>" + esc(a.seq) + "</td>" +
         "<td>" + (a.created_at ? new Date(a.created_at * 1000).toLocaleTimeString() : "-") + "</td>" +
         '<td class="q" title="' + esc(a.query) + '">' + esc(a.pruned ? "(pruned)" : a.query) + "</td>" +
@@ -169,6 +169,9 @@
     flag.className = "flag " + (a.memory_flag ? "on" : "off");
     $("v-pmem").textContent = a.p_memory === null || a.p_memory === undefined ? "p_memory not measured" : "p_memory " + fmt(a.p_memory, 2);
     $("v-summary").textContent = a.summary || "";
+    const clip = (t, n) => (t.length > n ? t.slice(0, n - 1) + "…" : t);
+    $("r-input").textContent = a.query == null ? "" : "Q: " + clip(a.query, 200) +
+      (a.context == null ? "" : a.context ? "   ·   context: " + clip(a.context, 160) : "   ·   no context");
     renderAnswer(a);
     const ev = a.evidence || {};
     const frac = ev.context_token_fraction;

@@ -1,43 +1,63 @@
-// The profile's card (GET /v1/profile): one panel per section; what the profile does not carry says "not measured".
+// The profile's card (GET /v1/profile): a summary of the figures behind the verdict, then one panel
+// per section of the card; whatever the profile does not carry says "not measured".
 "use strict";
 (function () {
   const { state, setKey, api, probeAnonymous, esc } = window.mnemo;
   const $ = (id) => document.getElementById(id);
   const NM = '<span class="nm">not measured</span>';
+  const ORDER = ["validation", "verdict", "data", "model", "repcs", "profile"];
+  const TITLES = { validation: "Held-out validation", verdict: "Verdict and its guarantee", data: "Calibration data", repcs: "RePCS (secondary)" };
+  const measured = (v) => v !== null && v !== undefined && v !== "not measured";
 
-  const title = (k) => k.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
+  const title = (k) => TITLES[k] || k.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
   function scalar(v) {
-    if (v === null || v === undefined || v === "not measured") return NM;
+    if (!measured(v)) return NM;
     if (typeof v === "number") return esc(Number.isInteger(v) ? String(v) : (Math.abs(v) >= 0.001 || v === 0 ? v.toFixed(3) : v.toPrecision(3)));
     if (typeof v === "boolean") return v ? "yes" : "no";
     return esc(v);
   }
-  const isMatrix = (v) => Array.isArray(v) && v.length && v.every((r) => Array.isArray(r));
-  // a 3-way confusion matrix: {labels, rows: [[...]]} or {true_label: {predicted: n}} or a bare matrix
-  function matrix(v) {
-    let labels = null, rows = null, cols = null;
-    if (isMatrix(v)) rows = v;
-    else if (v && isMatrix(v.matrix || v.rows || v.counts)) { rows = v.matrix || v.rows || v.counts; labels = v.labels || null; cols = v.predicted || v.columns || labels; labels = v.actual || v.rows_labels || labels; }
-    else if (v && typeof v === "object" && Object.values(v).every((r) => r && typeof r === "object" && !Array.isArray(r))) {
-      labels = Object.keys(v); cols = Array.from(new Set(labels.flatMap((k) => Object.keys(v[k]))));
-      rows = labels.map((k) => cols.map((c) => v[k][c]));
-    }
-    if (!rows) return null;
-    cols = cols || rows[0].map((_, i) => String(i)); labels = labels || rows.map((_, i) => String(i));
-    return '<table class="confusion"><thead><tr><th>actual \\ predicted</th>' + cols.map((c) => "<th>" + esc(c) + "</th>").join("") +
-      "</tr></thead><tbody>" + rows.map((r, i) => "<tr><th>" + esc(labels[i]) + "</th>" + r.map((x) => "<td>" + scalar(x) + "</td>").join("") + "</tr>").join("") + "</tbody></table>";
+  const pct = (v) => (measured(v) ? (100 * v).toFixed(1) + " %" : NM);
+  function auc(a) {
+    if (!a || typeof a !== "object") return NM;
+    const ci = measured(a.ci_low) && measured(a.ci_high) ? " [" + scalar(a.ci_low) + ", " + scalar(a.ci_high) + "]" : "";
+    return scalar(a.estimate) + ci + (a.score ? ' <span class="muted">(' + esc(a.score) + ")</span>" : "");
+  }
+  // the 3-way confusion matrix: truth -> verdict -> count
+  function confusion(v) {
+    if (!v || typeof v !== "object") return NM;
+    const rows = Object.keys(v);
+    const cols = Array.from(new Set(rows.flatMap((k) => Object.keys(v[k] || {}))));
+    return '<table class="confusion"><thead><tr><th>truth \\ verdict</th>' + cols.map((c) => "<th>" + esc(c) + "</th>").join("") +
+      "</tr></thead><tbody>" + rows.map((r) => "<tr><th>" + esc(r) + "</th>" + cols.map((c) => "<td>" + scalar((v[r] || {})[c]) + "</td>").join("") + "</tr>").join("") +
+      "</tbody></table>";
   }
   function value(k, v) {
-    if (/confusion/i.test(k)) { const m = matrix(v); if (m) return m; }
-    if (Array.isArray(v)) {
-      if (v.length === 2 && v.every((x) => typeof x === "number")) return "[" + scalar(v[0]) + ", " + scalar(v[1]) + "]";
-      return v.length ? v.map((x) => (typeof x === "object" && x !== null ? dl(x) : scalar(x))).join(", ") : NM;
-    }
-    if (v && typeof v === "object") return dl(v);
+    if (k === "confusion") return confusion(v);
+    if (k === "auc" || k === "cv_auc") return typeof v === "object" && v !== null ? auc(v) : scalar(v);
+    if (/rate$|recall$|accuracy/.test(k)) return measured(v) ? pct(v) : NM;
+    if (Array.isArray(v)) return v.length ? v.map((x) => (typeof x === "object" && x !== null ? dl(x) : scalar(x))).join(", ") : NM;
+    if (v && typeof v === "object") return Object.keys(v).length ? dl(v) : NM;
     return scalar(v);
   }
   function dl(obj) {
-    return "<dl>" + Object.entries(obj).map(([k, v]) => '<dt>' + esc(title(k)) + '</dt><dd data-key="' + esc(k) + '">' + value(k, v) + "</dd>").join("") + "</dl>";
+    // a measured section has no "reason" to give
+    const entries = Object.entries(obj).filter(([k, v]) => !(k === "reason" && (v === null || obj.status === "measured")));
+    return "<dl>" + entries.map(([k, v]) => '<dt>' + esc(title(k)) + '</dt><dd data-key="' + esc(k) + '">' + value(k, v) + "</dd>").join("") + "</dl>";
+  }
+
+  function glance(p) {
+    const c = p.card, v = c.verdict || {}, d = c.data || {}, val = c.validation || {};
+    $("g-model").textContent = (c.model && c.model.name) || "-";
+    $("p-rule").textContent = p.rule;
+    $("p-path").textContent = p.path;
+    $("p-hash").textContent = p.hash.slice(0, 16);
+    $("g-guarantee").innerHTML = measured(v.alpha)
+      ? "alpha " + scalar(v.alpha) + ", n = " + scalar(v.n_calibration) + " held-out clean answers, " + (v.certified ? "certified" : "<b>NOT certified</b> (needs " + scalar(v.min_n_for_alpha) + ")")
+      : NM;
+    $("g-data").innerHTML = scalar(d.n_records) + " records: " + scalar(d.n_context) + " context-needed, " + scalar(d.n_memory) + " memory";
+    $("g-auc").innerHTML = auc(val.auc) + (measured(val.n) ? ' <span class="muted">on ' + scalar(val.n) + " held-out answers</span>" : "");
+    $("g-ffr").innerHTML = measured(val.false_flag_rate) ? pct(val.false_flag_rate) + " realised vs alpha " + scalar(val.alpha) : NM;
+    $("g-recall").innerHTML = measured(val.memory_recall) ? pct(val.memory_recall) : NM;
   }
 
   async function load() {
@@ -46,10 +66,13 @@
     try {
       const p = await api("/v1/profile");
       $("keystate").textContent = state.anonymous ? "no key needed (anonymous server)" : "key accepted";
-      $("p-path").textContent = p.path; $("p-hash").textContent = p.hash.slice(0, 16); $("p-rule").textContent = p.rule;
-      $("card").innerHTML = Object.entries(p.card).map(([k, v]) =>
-        '<section class="panel" data-section="' + esc(k) + '"><h2>' + esc(title(k)) + "</h2>" +
-        (v && typeof v === "object" && !Array.isArray(v) ? dl(v) : value(k, v)) + "</section>").join("");
+      glance(p);
+      const keys = ORDER.filter((k) => k in p.card).concat(Object.keys(p.card).filter((k) => !ORDER.includes(k) && k !== "format"));
+      $("card").innerHTML = keys.map((k) => {
+        const v = p.card[k];
+        return '<section class="panel" data-section="' + esc(k) + '"><h2>' + esc(title(k)) + "</h2>" +
+          (v && typeof v === "object" && !Array.isArray(v) ? dl(v) : value(k, v)) + "</section>";
+      }).join("");
     } catch (e) {
       $("keystate").textContent = e.status === 401 || e.status === 403 ? "key rejected: " + e.message : "";
       $("error").textContent = e.message; $("error").hidden = false; $("card").innerHTML = "";
