@@ -71,7 +71,13 @@ class Server:
 
 
 def start_server(
-    model_dir: Path, profile: Path, db: str, log: Path, *extra: str, env: dict[str, str] | None = None
+    model_dir: Path,
+    profile: Path,
+    db: str,
+    log: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    ready_s: float = 120,
 ) -> Server:
     port = free_port()
     e = dict(os.environ)
@@ -99,7 +105,7 @@ def start_server(
     f = log.open("ab")
     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=e)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
+    deadline = time.time() + ready_s
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-3000:]}")
@@ -108,7 +114,7 @@ def start_server(
                 return Server(proc, url, log)
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"server not ready after 120 s: {log.read_text()[-3000:]}")
+    raise RuntimeError(f"server not ready after {ready_s} s: {log.read_text()[-3000:]}")
 
 
 def stop_server(s: Server, sig: int = signal.SIGTERM) -> int:
