@@ -347,7 +347,7 @@ def run_payload(
 
     ``rows``: ``[id, query or None, source index, p_memory (4 digits) or None, memory_flag or
     None]``; ``detail`` (same order): ``[answer, summary, evidence index list, guarantee index,
-    tokens, notes, results.jsonl line]``.
+    tokens, notes, results.jsonl line]``, each as a JSON string (parsed by the page on demand).
     """
     sources = list(run.counts)
     guarantees: list[dict[str, Any]] = []
@@ -411,7 +411,8 @@ def run_payload(
         "evidence_keys": ev_keys_sorted,
         "guarantees": guarantees,
         "rows": rows,
-        "detail": detail,
+        # one JSON string per answer: the page parses an answer's detail only when it is opened
+        "detail": [json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False) for d in detail],
         "errors": run.errors[:max_errors],
         "n_errors": len(run.errors),
         "skipped": [s.to_dict() for s in run.skipped],

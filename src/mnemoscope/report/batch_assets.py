@@ -39,13 +39,13 @@ section{background:#fff;border:1px solid var(--line);border-radius:8px;padding:1
 .scroll{overflow:auto}
 table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
 .grid th,.grid td{border-bottom:1px solid var(--line);padding:5px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere;word-break:break-word}
-.grid th{background:#f5f5f4;cursor:pointer;user-select:none;position:sticky;top:0}
+.grid th{background:#f5f5f4;cursor:pointer;user-select:none;position:sticky;top:0;white-space:nowrap}
 .grid th[aria-sort=ascending]::after{content:" \\25B2"}.grid th[aria-sort=descending]::after{content:" \\25BC"}
-#table th:nth-child(1){width:18%}#table th:nth-child(2){width:46%}#table th:nth-child(3){width:15%}#table th:nth-child(4){width:11%}#table th:nth-child(5){width:10%}
+#table th:nth-child(1){width:17%}#table th:nth-child(2){width:43%}#table th:nth-child(3){width:16%}#table th:nth-child(4){width:12%}#table th:nth-child(5){width:12%}
 .grid td.q{unicode-bidi:plaintext}
 .grid tbody tr{cursor:pointer}.grid tbody tr:hover{background:#f5f5f4}.grid tbody tr.sel{background:#e0f2fe}
 .num{text-align:right;font-variant-numeric:tabular-nums}
-.badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;font-weight:600}
+.badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;font-weight:600;white-space:nowrap}
 .b-context{background:var(--ctx)}.b-memory{background:var(--mem)}.b-mixed{background:var(--mix)}.b-undetermined,.b-other{background:var(--und)}
 .answer{font-size:15px;line-height:1.7;padding:8px 10px;border:1px solid var(--line);border-radius:6px;background:#fcfcfb;white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:plaintext}
 .tok-context{background:#dcfce7;border-bottom:2px solid var(--ctx)}
@@ -159,7 +159,7 @@ JS = r"""
     }
     function open(i) {
       state.sel = i;
-      var r = rows[i], d = detail[i];
+      var r = rows[i], d = typeof detail[i] === "string" ? JSON.parse(detail[i]) : detail[i];
       var box = document.getElementById("detail");
       var f = document.createDocumentFragment();
       var h = el("h2");
