@@ -16,17 +16,22 @@ verified context-reliance items (``benchmarks/results/verdict/verified.jsonl``, 
   per item per backend (batch 1 in-process; one request stream over the endpoint).
 
 Usage:
-    python benchmarks/endpoint_agreement.py [--limit N] [--endpoint URL] [--out benchmarks/results/endpoint/agreement.json]
+    OMP_NUM_THREADS=1 python benchmarks/endpoint_agreement.py [--limit N] [--endpoint URL] [--method auto|echo|positions]
+        [--server-threads 1] [--torch-threads 1] [--out benchmarks/results/endpoint/agreement.json]
 
 Without ``--endpoint`` it starts ``python -m llama_cpp.server`` on a free loopback port and
 stops it at the end. ``--limit N`` takes a seeded stratified subset (N per label at most).
+**Resumable**: each item's endpoint row is appended (and fsynced) to
+``agreement_items.endpoint.jsonl`` and its in-process row to ``agreement_items.inprocess.jsonl``
+as it is measured; a re-run with the same settings skips the items done (other settings: the
+partial files are refused, pass ``--fresh`` to start over). The report is written at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,15 +45,17 @@ VERIFIED = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "endpoint" / "agreement.json"
 
 
-def provenance() -> dict[str, str]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
-    return {
-        "git_commit": commit,
-        "command": " ".join(["python", *sys.argv]),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+def provenance() -> dict[str, Any]:
+    from mnemoscope.provenance import provenance as _p
+
+    return _p()
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
@@ -85,6 +92,38 @@ def _subset(items: list[dict], limit: int | None, seed: int) -> list[dict]:
     return out
 
 
+def _append(path: Path, row: dict[str, Any]) -> None:
+    import os
+
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _load_rows(path: Path, meta: dict[str, Any], fresh: bool) -> dict[str, dict[str, Any]]:
+    """Rows already measured with the same settings (a torn last line is dropped)."""
+    if fresh and path.exists():
+        path.unlink()
+    if not path.exists():
+        path.write_text(json.dumps({"meta": meta}) + "\n")
+        return {}
+    lines = path.read_text().split("\n")
+    first = json.loads(lines[0])
+    if first.get("meta") != meta:
+        raise SystemExit(
+            f"{path} was written with other settings {first.get('meta')}: pass --fresh to start over"
+        )
+    rows: dict[str, dict[str, Any]] = {}
+    for ln in lines[1:]:
+        try:
+            r = json.loads(ln)
+        except ValueError:
+            continue
+        rows[r["id"]] = r
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--verified", default=str(VERIFIED))
@@ -92,6 +131,10 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="at most N items per label (seeded)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--k-check", type=int, default=10, help="items also traced with k=5 requested")
+    ap.add_argument("--method", default="auto", help="the endpoint scoring path (EndpointConfig.method)")
+    ap.add_argument("--server-threads", type=int, default=1)
+    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--fresh", action="store_true", help="discard partial results")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
 
@@ -109,125 +152,129 @@ def main() -> None:
     tpl = load_chat_template("default")
     T, K = 32, 20
     cfg = EndpointPairConfig(builder=builder, template=tpl, max_new_tokens=T, top_k=K)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"T": T, "k": K, "method": args.method, "server_threads": args.server_threads, "seed": args.seed}
+    ep_path = out.with_name("agreement_items.endpoint.jsonl")
+    ip_path = out.with_name("agreement_items.inprocess.jsonl")
+    ep_rows = _load_rows(ep_path, meta, args.fresh)
+    ip_rows = _load_rows(ip_path, {**meta, "torch_threads": args.torch_threads}, args.fresh)
+    load_start = os.getloadavg()
 
+    # -- endpoint ----------------------------------------------------------------------------
     server = None
     if args.endpoint is None:
-        server = LlamaCppServer(default_gguf_path(), n_threads=2).start()
+        server = LlamaCppServer(default_gguf_path(), n_threads=args.server_threads).start(timeout=300)
         url = server.base_url
     else:
         url = args.endpoint
-    rows: list[dict[str, Any]] = []
-    ep_traces: dict[str, Any] = {}
-    k_check: list[dict[str, Any]] = []
     server_cmd = " ".join(server.command[1:]) if server else None
     try:
-        client = EndpointClient(EndpointConfig(url, concurrency=1, timeout=300))
+        client = EndpointClient(EndpointConfig(url, concurrency=1, timeout=900, method=args.method))
         caps = client.require_teacher_forcing()
         fp = client.fingerprint()
-        import psutil
-
-        srv = psutil.Process(server.proc.pid) if server is not None else None
+        pid = server.pid if server is not None else None
 
         def server_cpu() -> float:
-            if srv is None:
-                return float("nan")
-            c = srv.cpu_times()
-            return float(c.user + c.system + c.children_user + c.children_system)
+            return float("nan") if pid is None else _proc_cpu(pid)
 
         t_all = time.perf_counter()
-        for n, it in enumerate(items):
+        todo = [it for it in items if it["id"] not in ep_rows]
+        for n, it in enumerate(todo):
             t0 = time.perf_counter()
             c0, p0 = server_cpu(), time.process_time()
             row: dict[str, Any] = {"id": it["id"], "label": it["label"], "kind": it.get("kind")}
             try:
                 t, _ = trace_endpoint_pair(client, it["id"], it["context"], it["query"], cfg)
-                ep_traces[it["id"]] = t
                 row["endpoint_seconds"] = time.perf_counter() - t0
-                row["endpoint_cpu_seconds"] = (server_cpu() - c0) + (time.process_time() - p0)
+                row["endpoint_server_cpu_seconds"] = server_cpu() - c0
+                row["endpoint_cpu_seconds"] = row["endpoint_server_cpu_seconds"] + (time.process_time() - p0)
                 row["endpoint_answer"] = t.answer_with
+                row["endpoint_answer_ids"] = t.answer_ids.tolist()
+                row["endpoint_logprob_with"] = t.logprob_answer_with.tolist()
+                row["endpoint_logprob_without"] = t.logprob_answer_without.tolist()
                 row["endpoint_steps"] = t.n_steps
                 for k in (1, 5, 20):
                     row[f"z_endpoint_k{k}"] = float(RePCS(estimator="topk", k=k).z([t])[0])
                 row["endpoint_notes"] = t.backend.get("notes", [])
+                if sum(1 for r in ep_rows.values() if "z_requested_k5" in r) < args.k_check:
+                    t5, _ = trace_endpoint_pair(
+                        client, it["id"], it["context"], it["query"], EndpointPairConfig(builder, tpl, T, 5)
+                    )
+                    row["z_requested_k5"] = float(RePCS(estimator="topk", k=5).z([t5])[0])
+                    row["k5_same_answer"] = t5.answer_with == t.answer_with
+                if len(ep_rows) < 20:
+                    p_with, _ = builder.pair(it["context"], it["query"], tpl)
+                    row["server_prompt_ids"] = client.tokenize(p_with)
             except Exception as e:
                 row["endpoint_error"] = f"{type(e).__name__}: {e}"
-            rows.append(row)
-            if n < args.k_check and it["id"] in ep_traces:
-                t5, _ = trace_endpoint_pair(
-                    client, it["id"], it["context"], it["query"], EndpointPairConfig(builder, tpl, T, 5)
-                )
-                k_check.append(
-                    {
-                        "id": it["id"],
-                        "z_requested_k5": float(RePCS(estimator="topk", k=5).z([t5])[0]),
-                        "z_truncated_k5": row["z_endpoint_k5"],
-                        "same_answer": t5.answer_with == row["endpoint_answer"],
-                    }
-                )
-            if (n + 1) % 25 == 0:
-                print(f"endpoint {n + 1}/{len(items)} {time.perf_counter() - t_all:.0f} s", flush=True)
-        endpoint_total = time.perf_counter() - t_all
-        tokenize_check = []
-        for it in items[:20]:
-            p_with, _ = builder.pair(it["context"], it["query"], tpl)
-            tokenize_check.append((p_with, client.tokenize(p_with)))
+            ep_rows[it["id"]] = row
+            _append(ep_path, row)
+            if (n + 1) % 10 == 0:
+                print(f"endpoint {n + 1}/{len(todo)} {time.perf_counter() - t_all:.0f} s", flush=True)
         client.close()
     finally:
         if server is not None:
             server.stop()
 
-    # the endpoint phase is the slow one: keep its rows even if the in-process phase fails
-    partial = Path(args.out).with_name("agreement_items.endpoint.jsonl")
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    with partial.open("w") as f:
-        for r in rows:
-            t = ep_traces.get(r["id"])
-            f.write(
-                json.dumps({**r, "endpoint_answer_ids": None if t is None else t.answer_ids.tolist()}) + "\n"
-            )
-
     # -- in-process --------------------------------------------------------------------------
+    import torch
+
     from mnemoscope.models import load_model
     from mnemoscope.trace import PairConfig, PairItem, Tracer, prepare_pair
     from mnemoscope.trace.lockstep import trace_lockstep
 
+    torch.set_num_threads(args.torch_threads)
     lm = load_model("default")
     tracer = Tracer(lm, batch_size=1)
     pc = PairConfig(builder=builder, max_new_tokens=T, answer_without=False, top_k=K, hidden=False)
-    same_prompt = 0
-    same_ids = 0
-    for p_with, ids in tokenize_check:  # the server's token ids vs transformers' for the same text
-        same_ids += int(tracer.encode(p_with, chat=True) == ids)
-    for it in items[:20]:
-        a, _ = builder.pair(it["context"], it["query"], tpl)
-        b, _ = builder.pair(it["context"], it["query"], lm.tokenizer)
-        same_prompt += int(a == b)
     t_all = time.perf_counter()
-    for row, it in zip(rows, items, strict=True):
+    for it in items:
+        if it["id"] in ip_rows:
+            continue
+        row = {"id": it["id"]}
         prep = prepare_pair(tracer, PairItem(it["id"], it["context"], it["query"]), pc)
         t0, p0 = time.perf_counter(), time.process_time()
         (tr,) = trace_lockstep(tracer, [prep], pc)
         row["inprocess_seconds"] = time.perf_counter() - t0
         row["inprocess_cpu_seconds"] = time.process_time() - p0
         row["inprocess_answer"] = lm.tokenizer.decode(tr.answer_ids, skip_special_tokens=True)
+        row["inprocess_answer_ids"] = tr.answer_ids.tolist()
         row["inprocess_steps"] = tr.n_steps
         row["z_inprocess_full"] = float(RePCS().z([tr])[0])
         for k in (1, 5, 20):
             row[f"z_inprocess_topk{k}"] = float(RePCS(estimator="topk", k=k).z([tr])[0])
-        et = ep_traces.get(it["id"])
-        if et is not None:
-            row["same_answer"] = bool(np.array_equal(tr.answer_ids, et.answer_ids))
-            (tf,) = trace_lockstep(tracer, [prep], pc, forced_answers=[et.answer_ids.tolist()])
+        er = ep_rows.get(it["id"], {})
+        if "endpoint_answer_ids" in er:
+            (tf,) = trace_lockstep(tracer, [prep], pc, forced_answers=[er["endpoint_answer_ids"]])
             row["z_forced_full"] = float(RePCS().z([tf])[0])
             row["z_forced_topk20"] = float(RePCS(estimator="topk", k=20).z([tf])[0])
             row["max_abs_logprob_diff_forced"] = float(
                 max(
-                    np.max(np.abs(tf.logprob_answer_with - et.logprob_answer_with), initial=0.0),
-                    np.max(np.abs(tf.logprob_answer_without - et.logprob_answer_without), initial=0.0),
+                    np.max(
+                        np.abs(tf.logprob_answer_with - np.asarray(er["endpoint_logprob_with"])), initial=0.0
+                    ),
+                    np.max(
+                        np.abs(tf.logprob_answer_without - np.asarray(er["endpoint_logprob_without"])),
+                        initial=0.0,
+                    ),
                 )
             )
+        if "server_prompt_ids" in er:
+            p_with, _ = builder.pair(it["context"], it["query"], tpl)
+            b, _ = builder.pair(it["context"], it["query"], lm.tokenizer)
+            row["same_prompt_text"] = p_with == b
+            row["same_prompt_ids"] = tracer.encode(p_with, chat=True) == er["server_prompt_ids"]
+        ip_rows[it["id"]] = row
+        _append(ip_path, row)
     inprocess_total = time.perf_counter() - t_all
 
+    rows = []
+    for it in items:
+        r = {**ep_rows[it["id"]], **ip_rows[it["id"]]}
+        if "endpoint_answer_ids" in r:
+            r["same_answer"] = r["endpoint_answer_ids"] == r["inprocess_answer_ids"]
+        rows.append(r)
     ok = [r for r in rows if "z_endpoint_k20" in r]
     y = np.array([r["label"] for r in ok])
 
@@ -235,8 +282,10 @@ def main() -> None:
         return np.array([r.get(name, np.nan) for r in rs], float)
 
     same = [r for r in ok if r.get("same_answer")]
+    checked = [r for r in rows if "same_prompt_ids" in r]
+    k_check = [r for r in ok if "z_requested_k5" in r]
     report: dict[str, Any] = {
-        **provenance(),
+        "provenance": provenance(),
         "what": "black-box RePCS over a llama.cpp server vs the in-process model (same GGUF)",
         "items": {
             "source": str(Path(args.verified).relative_to(ROOT))
@@ -249,7 +298,7 @@ def main() -> None:
             "n_memory": int((labels == 1).sum()),
             "n_context": int((labels == 0).sum()),
         },
-        "settings": {"template": "A", "chat": True, "T": T, "k": K, "chat_template": tpl.source},
+        "settings": {"template": "A", "chat": True, "T": T, "k": K, "chat_template": tpl.source, **meta},
         "server": {
             "command": server_cmd,
             "endpoint_method": caps.method,
@@ -258,14 +307,10 @@ def main() -> None:
         },
         "failures": [{"id": r["id"], "error": r["endpoint_error"]} for r in rows if "endpoint_error" in r],
         "prompt_checks": {
-            "client_template_equals_transformers_rendering": f"{same_prompt}/{len(items[:20])}",
-            "server_token_ids_equal_transformers_ids": f"{same_ids}/{len(tokenize_check)}",
+            "client_template_equals_transformers_rendering": f"{sum(r['same_prompt_text'] for r in checked)}/{len(checked)}",
+            "server_token_ids_equal_transformers_ids": f"{sum(r['same_prompt_ids'] for r in checked)}/{len(checked)}",
         },
-        "answers": {
-            "identical_answer_tokens": len(same),
-            "n": len(ok),
-            "share": len(same) / max(1, len(ok)),
-        },
+        "answers": {"identical_answer_tokens": len(same), "n": len(ok), "share": len(same) / max(1, len(ok))},
         "correlation": {
             "endpoint_k20_vs_inprocess_topk20": _corr(col("z_endpoint_k20"), col("z_inprocess_topk20")),
             "endpoint_k20_vs_inprocess_full": _corr(col("z_endpoint_k20"), col("z_inprocess_full")),
@@ -292,31 +337,34 @@ def main() -> None:
         "k_truncation_check": {
             "n": len(k_check),
             "max_abs_diff_z": max(
-                (abs(c["z_requested_k5"] - c["z_truncated_k5"]) for c in k_check), default=None
+                (abs(r["z_requested_k5"] - r["z_endpoint_k5"]) for r in k_check), default=None
             ),
-            "rows": k_check,
+            "same_answer": sum(bool(r.get("k5_same_answer")) for r in k_check),
         },
         "seconds_per_item": {
             "endpoint_mean": float(np.nanmean(col("endpoint_seconds"))),
             "endpoint_median": float(np.nanmedian(col("endpoint_seconds"))),
-            "inprocess_mean": float(np.nanmean(col("inprocess_seconds"))),
+            "endpoint_server_cpu_mean": float(np.nanmean(col("endpoint_server_cpu_seconds"))),
             "endpoint_cpu_mean": float(np.nanmean(col("endpoint_cpu_seconds"))),
-            "inprocess_cpu_mean": float(np.nanmean(col("inprocess_cpu_seconds"))),
-            "machine_load_note": "wall times were measured on a shared 2-core machine under load from other "
-            "jobs; CPU seconds (server process + client, or the in-process tracer) are less affected",
+            "inprocess_mean": float(np.nanmean(col("inprocess_seconds"))),
             "inprocess_median": float(np.nanmedian(col("inprocess_seconds"))),
-            "endpoint_total": endpoint_total,
-            "inprocess_total_incl_forced_pass": inprocess_total,
-            "note": "endpoint: 2 tokenize + 1 generation + 2 one-token references + 2 tokenize + 2 echo requests "
-            "per item, one stream; in-process: lockstep decoding, batch 1, 2 CPU threads",
+            "inprocess_cpu_mean": float(np.nanmean(col("inprocess_cpu_seconds"))),
+            "inprocess_total_this_run_incl_forced_pass": inprocess_total,
+            "machine": f"shared 2-core machine (other jobs running); loadavg at start {load_start}, at end "
+            f"{os.getloadavg()}; server {args.server_threads} thread(s), torch {args.torch_threads} thread(s)",
+            "note": "endpoint: the scoring path named in server.endpoint_method, one request stream; in-process: "
+            "lockstep decoding, batch 1, hidden states off; the k=5 re-trace of the first items is not in the timings",
         },
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     with out.with_name("agreement_items.jsonl").open("w") as f:
         for r in rows:
-            f.write(json.dumps(r) + "\n")
+            f.write(
+                json.dumps(
+                    {k: v for k, v in r.items() if not k.startswith(("endpoint_logprob", "server_prompt"))}
+                )
+                + "\n"
+            )
     print(
         json.dumps(
             {k: report[k] for k in ("answers", "correlation", "auc_of_minus_z", "seconds_per_item")}, indent=1

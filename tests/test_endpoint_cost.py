@@ -207,7 +207,8 @@ def test_positions_agree_with_echo_on_the_real_server(llama_server, chat_cfg):
     assert np.max(np.abs(tp.logprob_answer_with - te.logprob_answer_with)) < tol
     assert np.max(np.abs(tp.logprob_answer_without - te.logprob_answer_without)) < tol
     assert np.max(np.abs(tp.kl_steps - te.kl_steps)) < 1.0
-    assert np.all(tp.topk_ids_with[:, 0] == te.topk_ids_with[:, 0])
+    assert np.max(np.abs(tp.topk_logprobs_with[:, 0] - te.topk_logprobs_with[:, 0])) < tol
+    assert np.max(np.abs(tp.topk_logprobs_without[:, 0] - te.topk_logprobs_without[:, 0])) < tol
 
 
 def test_given_answer_on_prerendered_prompts(llama_server, chat_cfg):
@@ -239,3 +240,58 @@ def test_plain_prompts_refusal_names_the_chat_template_flag(llama_server):
         pytest.raises(TokenAlignmentError, match="--chat-template default"),
     ):
         trace_endpoint_pair(c, it["id"], it["context"], it["query"], cfg)
+
+
+# -- llama.cpp's C++ llama-server (native path) -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def native_server(tmp_path_factory):
+    """llama-server serving the default model's GGUF; skipped unless $MNEMOSCOPE_LLAMA_SERVER names
+    the binary (docs/endpoint.md: built from the llama.cpp sources llama-cpp-python vendors)."""
+    from llama_servers import LlamaServerNative, native_server_binary
+    from mnemoscope.models.loader import default_gguf_path
+
+    if native_server_binary() is None:
+        pytest.skip("no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (docs/endpoint.md)")
+    log = tmp_path_factory.mktemp("llama-server-native") / "server.log"
+    with LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log) as s:
+        yield s
+
+
+def test_native_path_on_llama_server(native_server, chat_cfg):
+    """Ids in, ids out: the generation's top-k carry token ids, the no-context path is one
+    grammar-forced request, and a given answer is forced the same way on both paths."""
+    it = _items(1)[0]
+    with _client(native_server) as c:
+        caps = c.require_teacher_forcing()
+        assert caps.server == "llama.cpp" and caps.method == "native-grammar-forced-topk+llama.cpp"
+        n0 = c.n_requests
+        tr, pieces = trace_endpoint_pair(c, it["id"], it["context"], it["query"], chat_cfg)
+        n_gen = c.n_requests - n0
+        given, _ = trace_endpoint_pair(
+            c, it["id"], it["context"], it["query"], chat_cfg, answer=tr.answer_with
+        )
+    assert n_gen <= 6  # 2 tokenize + end-token tokenize + generation + 1 forced request
+    assert "<|im_end|>" not in tr.answer_with and tr.n_steps >= 1
+    assert np.all(tr.topk_ids_with >= 0) and np.all(tr.topk_ids_without >= 0)  # real ids, no spellings
+    assert tr.topk_ids_with[0, 0] == tr.answer_ids[0]  # greedy: the answer's token is the top-1
+    if tr.stopped_at_eos:
+        assert pieces[-1] == ""
+        n = given.n_steps
+        assert given.answer_ids.tolist() == tr.answer_ids.tolist()[:n]
+        assert (
+            np.max(np.abs(given.logprob_answer_without - tr.logprob_answer_without[:n])) < chat_cfg.align_tol
+        )
+
+
+def test_native_and_positions_paths_agree(native_server, llama_server, chat_cfg):
+    """The same GGUF behind the two servers: same greedy answer, log-probs within llama.cpp's
+    batch-dependent numerics."""
+    it = _items(1)[0]
+    with _client(native_server) as cn, _client(llama_server) as cp:
+        tn, _ = trace_endpoint_pair(cn, it["id"], it["context"], it["query"], chat_cfg)
+        tp, _ = trace_endpoint_pair(cp, it["id"], it["context"], it["query"], chat_cfg)
+    n = min(tn.n_steps, tp.n_steps)
+    assert tn.answer_ids.tolist()[: n - 1] == tp.answer_ids.tolist()[: n - 1]
+    assert np.max(np.abs(tn.logprob_answer_without[: n - 1] - tp.logprob_answer_without[: n - 1])) < 0.5
