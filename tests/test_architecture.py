@@ -120,7 +120,6 @@ KNOWN_VERDICT_SITES: dict[tuple[str, str], str] = {
         "mnemoscope/server/storage.py",
         "src == 'memory'",
     ): "memory_flag backfill, legacy memorized column (log)",
-    ("mnemoscope/server/records.py", "out['source'] == 'memory'"): "legacy memory_flag backfill (server)",
 }
 # detectors that import models/ (both for check_same_model, a model-identity check)
 KNOWN_MODEL_IMPORTS: dict[str, str] = {

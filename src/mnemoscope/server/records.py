@@ -77,14 +77,13 @@ def with_legacy_fields(rec: dict[str, Any]) -> dict[str, Any]:
 def present(rec: dict[str, Any], *, legacy: bool) -> dict[str, Any]:
     """A stored record as the API returns it (see the module doc for ``legacy``).
 
-    A record stored before ``memory_flag`` existed gets it from its verdict (``source ==
-    "memory"``, which is what the combined rule flagged then); a pruned record stays a stub.
+    A record stored before ``memory_flag`` was recorded shows it as ``null`` (not re-decided
+    here: the flag is the pipeline's); a pruned record stays a stub.
     """
     if rec.get("pruned"):
         return rec
     out = {k: v for k, v in rec.items() if k not in LEGACY_CRM_FIELDS}
-    if "memory_flag" not in out and "source" in out:
-        out["memory_flag"] = out["source"] == "memory"
+    out.setdefault("memory_flag", None)
     return with_legacy_fields(out) if legacy else out
 
 

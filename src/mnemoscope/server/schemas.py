@@ -127,9 +127,10 @@ class AuditOut(BaseModel):
     source: str = Field(
         ..., description="where the answer came from: context | memory | mixed | undetermined"
     )
-    memory_flag: bool = Field(
+    memory_flag: bool | None = Field(
         ...,
-        description="the rule's memory flag: the decision the guarantee is about (count and filter on this)",
+        description="the rule's memory flag: the decision the guarantee is about (count and filter on this); "
+        "null for a record stored before the flag was recorded",
     )
     p_memory: float | None = Field(..., description="probability the answer came from memory (equal priors)")
     answer: str | None = None

@@ -71,7 +71,7 @@
         '<td class="q" title="' + esc(a.query) + '">' + esc(a.pruned ? "(pruned)" : a.query) + "</td>" +
         '<td class="src src-' + esc(a.source) + '">' + esc(a.pruned ? "-" : a.source || "-") + "</td>" +
         "<td>" + fmt(a.p_memory, 2) + "</td>" +
-        "<td>" + (a.pruned ? "-" : a.memory_flag ? "flagged" : "no") + "</td>" +
+        "<td>" + (a.pruned || a.memory_flag == null ? "-" : a.memory_flag ? "flagged" : "no") + "</td>" +
         "<td>" + fmt(a.latency_ms, 0) + " ms</td></tr>").join("");
       // first load: the newest audit is shown at once (no click needed), unless the URL names one
       if (!shownFirst && !location.hash && h.items.length && !h.items[0].pruned && !$("f-source").value && !$("f-flag").checked) {
@@ -165,7 +165,8 @@
     badge.textContent = src;
     badge.className = "badge " + src;
     const flag = $("v-flag");
-    flag.textContent = a.memory_flag ? "memory flag" : "not flagged";
+    const noFlag = a.memory_flag === null || a.memory_flag === undefined; // stored before the flag was recorded
+    flag.textContent = noFlag ? "flag not recorded" : a.memory_flag ? "memory flag" : "not flagged";
     flag.className = "flag " + (a.memory_flag ? "on" : "off");
     $("v-pmem").textContent = a.p_memory === null || a.p_memory === undefined ? "p_memory not measured" : "p_memory " + fmt(a.p_memory, 2);
     $("v-summary").textContent = a.summary || "";
