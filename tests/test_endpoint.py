@@ -151,22 +151,10 @@ def test_client_side_chat_template_matches_transformers(real_lm):
         assert b.pair(ctx, q, tpl) == b.pair(ctx, q, real_lm.tokenizer)
 
 
-def test_proxy_input_conventions():
-    from mnemoscope.server.proxy import ProxySettings, audit_inputs, sse_answer
+def test_proxy_sse_answer():
+    # where the proxy finds the context is tested with the layouts in tests/test_proxy.py
+    from mnemoscope.server.proxy_stream import sse_answer
 
-    s = ProxySettings("http://u/v1")
-    assert audit_inputs({"mnemoscope": {"context": "c", "query": "q"}}, s) == ("c", "q")
-    assert "no mnemoscope object" in str(audit_inputs({"messages": [{"role": "user", "content": "q"}]}, s))
-    s2 = ProxySettings("http://u/v1", context_role="system")
-    body = {
-        "messages": [
-            {"role": "system", "content": "doc one"},
-            {"role": "system", "content": [{"type": "text", "text": "doc two"}]},
-            {"role": "user", "content": "first"},
-            {"role": "user", "content": "the query"},
-        ]
-    }
-    assert audit_inputs(body, s2) == ("doc one\n\ndoc two", "the query")
     raw = (
         b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
         b'data: {"choices":[{"delta":{"content":"Par"}}]}\n\n'
@@ -526,7 +514,9 @@ def test_a_server_that_tokenizes_differently_is_refused():
             200, json={"choices": [{"text": text, "logprobs": lp, "finish_reason": "length"}], "usage": usage}
         )
 
-    c = EndpointClient(EndpointConfig("http://mock/v1", method="echo"), transport=httpx.MockTransport(handler))
+    c = EndpointClient(
+        EndpointConfig("http://mock/v1", method="echo"), transport=httpx.MockTransport(handler)
+    )
     cfg = EndpointPairConfig(
         builder=PromptBuilder(template="A", chat=False), template=ChatTemplate(None), top_k=3
     )
@@ -556,3 +546,35 @@ def test_closed_book_comparison_is_labelled_weaker(llama_server, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["test"] == "closed-book-comparison" and "weaker" in d["label"] and "source" not in d
     assert "Zorblat" in d["answer_with_context"] and isinstance(d["same_answer"], bool)
+
+
+def test_endpoint_audit_emits_the_audit_span(client, endpoint_profile):
+    """One audit path: an endpoint audit runs the same AUDIT_HOOKS as in process (issue 24), so the
+    OpenTelemetry span carries the verdict, the served model and the endpoint's own fields."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from mnemoscope.integrations import otel
+    from mnemoscope.pipelines.audit import Auditor, AuditRequest
+
+    exp = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exp))
+    otel.configure(tp)
+    try:
+        aud = Auditor.from_endpoint(client, endpoint_profile, check_identity=False)
+        assert aud.limits == {"max_context_chars": 32_000, "max_query_chars": 4_000}
+        assert aud.max_context_tokens is None  # a character cap is never called a token cap
+        (res,) = aud.audit([AuditRequest("Quenmar lies on the Zorblat river.", "Which river is Quenmar on?")])
+        (span,) = exp.get_finished_spans()
+    finally:
+        otel.configure(enabled=False)
+    a = dict(span.attributes or {})
+    assert span.name == otel.SPAN_NAME and a["openinference.span.kind"] == "EVALUATOR"
+    assert a["mnemoscope.source"] == res.source
+    assert a["mnemoscope.memory_flag"] == res.memory_flag
+    assert a["llm.model_name"] == endpoint_profile.model["name"]
+    assert a["mnemoscope.profile_hash"] == endpoint_profile.content_hash
+    assert res.to_dict()["backend"] == "endpoint"

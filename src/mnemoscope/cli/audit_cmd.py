@@ -88,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
     from mnemoscope.cli.options import load_from_args
     from mnemoscope.integrations import otel
     from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
-    from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
     if args.endpoint:
@@ -97,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, audit_endpoint(args))
     if args.input and args.engine == "ray":
         return _report(args, _run_ray(args))
-    lm = load_from_args(args)
-    profile = load_profile(args.profile or default_profile_path(lm.info), model=lm.info)
-    auditor = Auditor(lm, profile, rule=args.rule, batch_size=args.batch_size)
+    auditor = Auditor.for_model(
+        load_from_args(args), args.profile, rule=args.rule, batch_size=args.batch_size
+    )
     if args.input:
         summary = run_audit_file(
             auditor, args.input, args.out, progress=not args.quiet, overwrite=args.overwrite

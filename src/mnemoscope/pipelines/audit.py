@@ -151,6 +151,17 @@ class Auditor:
         )
 
     @classmethod
+    def for_model(cls, lm: Any, profile: str | Path | AuditProfile | None = None, **kw: Any) -> Auditor:
+        """An in-process auditor of a loaded model with its profile (a folder, a loaded profile, or
+        ``None``: the shipped one for the default model); another model's profile is refused."""
+        from mnemoscope.pipelines.profile import default_profile_path, load_profile
+
+        if not isinstance(profile, AuditProfile):
+            path = profile if profile is not None else default_profile_path(lm.info)
+            profile = load_profile(path, model=lm.info, backend="local")
+        return cls(lm, profile, **kw)
+
+    @classmethod
     def from_spec(
         cls,
         model: str = "default",
@@ -164,11 +175,9 @@ class Auditor:
     ) -> Auditor:
         """Load the model and its profile (the shipped one for the default model when ``profile`` is None)."""
         from mnemoscope.models import load_model
-        from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
         lm = load_model(model, adapter=adapter, device=device, dtype=dtype, cache_dir=cache_dir)
-        path = profile if profile is not None else default_profile_path(lm.info)
-        return cls(lm, load_profile(path, model=lm.info, backend="local"), **kw)
+        return cls.for_model(lm, profile, **kw)
 
     @classmethod
     def from_endpoint(

@@ -206,11 +206,9 @@ class AuditWorker:
     def __init__(self, model: dict[str, Any], auditor: dict[str, Any], threads: int):
         _set_threads(threads)
         from mnemoscope.pipelines.audit import Auditor
-        from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
         lm = _load_lm(model)
-        profile = auditor.pop("profile", None) or default_profile_path(lm.info)
-        self.auditor = Auditor(lm, load_profile(profile, model=lm.info, backend="local"), **auditor)
+        self.auditor = Auditor.for_model(lm, auditor.pop("profile", None), **auditor)
         self.identity = json.dumps(self.auditor.identity, default=str)  # key order kept: same meta.json
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:

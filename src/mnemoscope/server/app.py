@@ -130,16 +130,14 @@ def load_engine(settings: ServerSettings) -> Auditor:
 
     from mnemoscope.integrations import otel
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
     if settings.threads:
         torch.set_num_threads(settings.threads)
     lm = load_model(settings.model, adapter=settings.adapter, device=settings.device, dtype=settings.dtype)
-    profile = load_profile(settings.profile or default_profile_path(lm.info), model=lm.info)
-    return Auditor(
+    return Auditor.for_model(
         lm,
-        profile,
+        settings.profile,
         rule=settings.rule,  # type: ignore[arg-type]
         max_context_tokens=settings.max_context_tokens,
         max_query_tokens=settings.max_query_tokens,
