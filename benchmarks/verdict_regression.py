@@ -15,7 +15,7 @@ the committed ``results/verdict/eval.json`` (all but the run time).
 
 Usage:
     python benchmarks/verdict_regression.py --out runs/verdict-regression/after.jsonl \
-        [--compare runs/verdict-regression/before.jsonl] [--report benchmarks/results/verdict/regression.json]
+        [--compare runs/verdict-regression/before.jsonl] [--report benchmarks/results/verdict/regression/report.json]
 """
 
 from __future__ import annotations
