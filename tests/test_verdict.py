@@ -302,3 +302,33 @@ def test_check_text() -> None:
         check_text("bad \udcff", "query", allow_empty=False)
     with pytest.raises(InputError, match="string"):
         check_text(3, "query", allow_empty=False)
+
+
+def test_committed_held_out_figures_come_from_the_committed_audits() -> None:
+    """Part B of benchmarks/verdict_eval.py recomputed from the audits the refactored core wrote
+    (benchmarks/results/verdict/regression/after.jsonl.gz, benchmarks/verdict_regression.py) equals
+    the committed eval.json figures exactly (the run time aside)."""
+    import gzip
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from verdict_eval import held_out_items, held_out_metrics
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    results = root / "benchmarks" / "results" / "verdict"
+    verified = [json.loads(x) for x in (results / "verified.jsonl").read_text().splitlines() if x.strip()]
+    audits = {}
+    with gzip.open(results / "regression" / "after.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            if d.pop("rule") == "combined":
+                audits[d.pop("id")] = d
+    items = held_out_items(verified)
+    got = held_out_metrics(items, [audits[it["id"]] for it in items], 0.0)
+    committed = json.loads((results / "eval.json").read_text())["B_held_out"]
+    got.pop("seconds"), committed.pop("seconds")
+    assert got == committed
