@@ -181,31 +181,15 @@ class Auditor:
 
     @classmethod
     def from_endpoint(
-        cls,
-        client: Any,
-        profile: str | Path | AuditProfile,
-        *,
-        rule: Rule = "combined",
-        batch_size: int = 8,
-        check_identity: bool = True,
-        max_context_chars: int = 32_000,
-        max_query_chars: int = 4_000,
+        cls, client: Any, profile: str | Path | AuditProfile, *, rule: Rule = "combined", **kw: Any
     ) -> Auditor:
         """An auditor of the model served behind ``client`` (an ``EndpointClient``) with an endpoint
-        profile (a folder from ``mnemoscope calibrate --endpoint`` or a loaded profile)."""
+        profile (a folder from ``mnemoscope calibrate --endpoint`` or a loaded profile); ``kw``:
+        :class:`~mnemoscope.pipelines.backends.EndpointBackend`'s options (``check_identity``,
+        ``max_context_chars``, ``max_query_chars``, ``batch_size``)."""
         from mnemoscope.pipelines.backends import EndpointBackend
-        from mnemoscope.pipelines.profile import load_profile
 
-        prof = profile if isinstance(profile, AuditProfile) else load_profile(profile, backend="endpoint")
-        backend = EndpointBackend(
-            client,
-            prof,
-            check_identity=check_identity,
-            max_context_chars=max_context_chars,
-            max_query_chars=max_query_chars,
-            batch_size=batch_size,
-        )
-        return cls(backend, rule=rule)
+        return cls(EndpointBackend.open(client, profile, rule=rule, **kw), rule=rule)
 
     # -- what the backend is --------------------------------------------------------------------
 

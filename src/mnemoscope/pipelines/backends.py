@@ -21,6 +21,7 @@ decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
@@ -304,6 +305,19 @@ class EndpointBackend:
         self.max_context_chars = max_context_chars
         self.max_query_chars = max_query_chars
         self.batch_size = batch_size
+
+    @classmethod
+    def open(
+        cls, client: EndpointClient, profile: AuditProfile | str | Path, *, rule: str = "combined", **kw: Any
+    ) -> EndpointBackend:
+        """The backend of an endpoint profile (a loaded one or its folder), refusing a ``rule`` it cannot
+        run before any request to the server; ``kw``: the constructor's keyword arguments."""
+        from mnemoscope.pipelines.profile import load_profile
+        from mnemoscope.pipelines.verdict import get_rule
+
+        prof = profile if isinstance(profile, AuditProfile) else load_profile(profile, backend="endpoint")
+        get_rule(rule).check(prof, hidden_states=False)
+        return cls(client, prof, **kw)
 
     @property
     def model_info(self) -> dict[str, Any]:

@@ -316,13 +316,10 @@ class EndpointAuditor(Auditor):
         max_context_chars: int = 32_000,
         max_query_chars: int = 4_000,
     ):
-        from mnemoscope.pipelines.verdict import get_rule
-
-        prof = profile if isinstance(profile, AuditProfile) else load_endpoint_profile(profile)
-        get_rule(rule).check(prof, hidden_states=False)  # before any request to the server
-        backend = EndpointBackend(
+        backend = EndpointBackend.open(
             client,
-            prof,
+            profile,
+            rule=rule,
             check_identity=check_identity,
             max_context_chars=max_context_chars,
             max_query_chars=max_query_chars,
