@@ -51,6 +51,7 @@ REGENERATE = [
     ("radar/", "python benchmarks/bench_radar.py"),
     ("ray/", "python benchmarks/bench_ray.py"),
     ("reliance/", "mnemoscope bench run --suite reliance --out benchmarks/results/reliance"),
+    ("report/", "python benchmarks/bench_report.py --seed-dir DIR --seed-input FILE (docs/report.md)"),
     ("repcs_overhead", "python benchmarks/bench_repcs.py"),
     ("repcs/", "mnemoscope repcs eval (docs/repcs.md)"),
     ("scar/positive_control", "python benchmarks/scar_positive_control.py --stage all"),
