@@ -215,7 +215,7 @@ def _auditor(server: Any, profile: str | None) -> Any:
     from mnemoscope.pipelines.endpoint import EndpointAuditor, load_endpoint_profile
 
     client = EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=600))
-    if profile is None:
+    if profile is None or not (Path(profile) / "profile.json").is_file():
         import tempfile
 
         from mnemoscope.data.records import Record
@@ -227,7 +227,7 @@ def _auditor(server: Any, profile: str | None) -> Any:
         recs = [
             Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked
         ]
-        out = Path(tempfile.mkdtemp()) / "profile"
+        out = Path(profile) if profile else Path(tempfile.mkdtemp()) / "profile"
         prof = calibrate_endpoint_profile(
             client, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
         )
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("latency", "load"):
         q = sub.add_parser(name)
         q.add_argument("--threads", type=int, default=1, help="llama.cpp server threads")
-        q.add_argument("--profile", default=None, help="endpoint profile (default: calibrate 10 items first)")
+        q.add_argument("--profile", default=None, help="endpoint profile folder (calibrated there on 10 verified items first when it has none)")
         q.add_argument("--max-tokens", type=int, default=24)
         if name == "latency":
             q.add_argument("--n", type=int, default=20, help="rounds (one request per path each)")

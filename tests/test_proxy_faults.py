@@ -215,17 +215,19 @@ def test_stream_passes_unchanged_then_the_verdict_event(proxy, bad_upstream):
     assert proxy.log(aid)["status"] == "failed"
 
 
-def test_official_client_ignores_the_verdict_event(proxy):
+def test_official_client_ignores_the_verdict_event_and_the_answer_is_still_audited(proxy):
+    """OpenAI's client closes the connection at [DONE]: the audit must not depend on it reading on."""
     from openai import OpenAI
 
     c = OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=20)
-    text = "".join(
-        (ch.choices[0].delta.content or "")
-        for ch in c.chat.completions.create(
-            model="ok", messages=MESSAGES, stream=True, extra_body={"mnemoscope": {"context": CTX}}
-        )
-    )
+    with c.chat.completions.with_streaming_response.create(
+        model="ok", messages=MESSAGES, stream=True, extra_body={"mnemoscope": {"context": CTX}}
+    ) as resp:
+        aid = resp.headers["x-mnemoscope-audit-id"]
+        text = "".join((ch.choices[0].delta.content or "") for ch in resp.parse())
     assert text == ANSWER
+    rec = proxy.log(aid)  # audited (here: auditor=None, so 'no auditor'), not 'client disconnected'
+    assert rec["status"] == "failed" and "no auditor configured" in rec["error"], rec
 
 
 def test_cut_stream_reaches_the_client_as_cut_and_is_logged(proxy):

@@ -387,18 +387,34 @@ def create_proxy_app(
             with_audit_header(headers, rec)
         return JSONResponse(_error_body(msg, kind), status_code=status, headers=headers)
 
+    async def after_stream(raw: bytes, located: Any, aid: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Audit (or record why not) a stream that reached ``[DONE]``, and log it."""
+        if isinstance(located, str):
+            return await log_now(_unlocated(aid, meta, located))
+        return await audit_answer(located, sse_answer(raw), aid, meta)
+
     async def relay(
         resp: httpx.Response, located: Any, aid: str, meta: dict[str, Any]
     ) -> AsyncIterator[bytes]:
-        """Pass the upstream's chunks on as they come; then audit, log, and send the verdict event."""
+        """Pass the upstream's chunks on as they come; then audit, log, and send the verdict event.
+
+        The stream is complete at ``data: [DONE]``: OpenAI's clients close the connection right
+        there, so the audit does not depend on the client reading on (nor on how the upstream
+        closes its side afterwards)."""
         chunks: list[bytes] = []
         finished = False
+        done = False
+        tail = b""
         broke: str | None = None
         try:
             try:
                 async for chunk in resp.aiter_raw():
                     chunks.append(chunk)
+                    done = done or saw_done(tail + chunk)
+                    tail = (tail + chunk)[-64:]
                     yield chunk
+                    if done:
+                        break  # the answer is complete; what the upstream sends after [DONE] is not needed
             except httpx.HTTPError as e:  # the upstream broke off or went silent mid-stream
                 broke = (
                     f"the upstream stream broke off after {sum(map(len, chunks))} bytes "
@@ -407,21 +423,23 @@ def create_proxy_app(
             finished = True
         finally:
             await resp.aclose()
-            if not finished:  # the client went away while the answer was streaming
-                n = sum(map(len, chunks))
-                _background(
-                    log_now(
-                        base_record(
-                            aid,
-                            meta,
-                            "failed",
-                            error=f"the client disconnected after {n} bytes of the stream; the upstream "
-                            "request was closed, the partial answer is not audited",
+            if not finished:
+                raw_seen = b"".join(chunks)
+                if done:  # the client stopped at [DONE] (as OpenAI clients do): audit all the same
+                    _background(after_stream(raw_seen, located, aid, meta))
+                else:  # the client went away while the answer was streaming
+                    _background(
+                        log_now(
+                            base_record(
+                                aid,
+                                meta,
+                                "failed",
+                                error=f"the client disconnected after {len(raw_seen)} bytes of the stream; the "
+                                "upstream request was closed, the partial answer is not audited",
+                            )
                         )
                     )
-                )
         raw = b"".join(chunks)
-        done = saw_done(raw)
         if broke is not None:
             await log_now(base_record(aid, meta, "failed", error=broke))
             raise _UpstreamCut(broke)  # the client's connection is cut too: it sees what the upstream did
@@ -436,10 +454,7 @@ def create_proxy_app(
                 )
             )
             return
-        if isinstance(located, str):
-            rec = await log_now(_unlocated(aid, meta, located))
-        else:
-            rec = await audit_answer(located, sse_answer(raw), aid, meta)
+        rec = await after_stream(raw, located, aid, meta)
         if settings.stream_verdict and done:  # only after [DONE]: before it a client reads events as chunks
             yield verdict_event(rec)
 
