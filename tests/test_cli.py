@@ -249,6 +249,7 @@ def test_sdist_carries_license_tests_and_what_they_read(tmp_path):
         "benchmarks/results/verdict/eval.json",
         "benchmarks/results/verdict/verified.jsonl",
         "benchmarks/results_manifest.py",
+        "benchmarks/results/membership/roc.png",
     ):
         assert need in members, need
     assert not any("__pycache__" in m or "/cache/" in m for m in members)

@@ -20,7 +20,7 @@ __all__ = [
     "client_from_args",
     "endpoint_engine",
     "repcs_calibrate_endpoint",
-    "repcs_eval_endpoint",
+    "repcs_eval_inputs",
     "repcs_score_endpoint",
 ]
 
@@ -311,11 +311,12 @@ def repcs_calibrate_endpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def repcs_score_endpoint(args: argparse.Namespace) -> int:
+def repcs_score_endpoint(args: argparse.Namespace) -> dict[str, Any]:
+    """``repcs score --endpoint``: the same results file as in-process (``repcs_cmd`` reports it)."""
     from mnemoscope.pipelines.endpoint import score_file_endpoint
 
     with client_from_args(args) as client:
-        res = score_file_endpoint(
+        return score_file_endpoint(
             client,
             args.calibration,
             args.input,
@@ -324,64 +325,31 @@ def repcs_score_endpoint(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             check_model=not args.force,
         )
-    for e in res["errors"]:
-        print(f"mnemoscope: skipped line {e.get('line')} (id {e.get('id')}): {e['message']}", file=sys.stderr)
-    print(
-        f"{res['scored']} scored, {res['already_done']} already done, {len(res['errors'])} skipped -> {res['out']}"
-    )
-    return 0
 
 
-def repcs_eval_endpoint(args: argparse.Namespace) -> int:
-    import numpy as np
-
+def repcs_eval_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``repcs eval --endpoint``: what the one eval path of ``repcs_cmd`` needs, traced over the endpoint:
+    ``records``, ``traces``, ``detector``, ``model``, ``pair_config``, the report's and the rows' extra
+    fields (the backend and what it cannot measure) and the backend's name for messages."""
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.repcs import evaluate
-    from mnemoscope.stats import undefined_reason
 
     if args.selfcheck:
         raise InputError("--selfcheck samples the model locally; it is not available with --endpoint")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     config = _pair_config(args)
     with client_from_args(args) as client:
         model, caps = _identity(client, config)
         records, traces = _traced(args, client, config)
-    if any(r.label is None for r in records):
-        raise InputError(f"{args.input}: every record needs a label (1 = memorized, 0 = clean) for eval")
-    labels = np.array([r.label for r in records])
-    reason = undefined_reason(labels)
-    if reason:
-        raise InputError(f"{args.input}: {reason}: AUC is undefined")
-    calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
-    res = evaluate(
-        traces,
-        labels,
-        _detector(args),
-        calibration=calibration,
-        calibration_fraction=args.calibration_fraction,
-        seed=args.seed,
-        n_resamples=args.n_resamples,
-        kinds=[r.extra.get("kind") for r in records],
-    )
-    res.report.update(
-        model=model,
-        input=args.input,
-        pair_config=_pc_dict(config),
-        seed=args.seed,
-        backend="endpoint",
-        endpoint_method=caps.method,
-        unavailable=["full-vocabulary KL (the report's estimator is top-k)", "hidden-state detectors"],
-    )
-    (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
-    with (out / "scores.jsonl").open("w") as f:
-        for row in res.rows:
-            f.write(json.dumps({**row, "backend": "endpoint", "endpoint_method": caps.method}) + "\n")
-    r = res.report
-    ci = r["roc_auc_ci"]
-    print(
-        f"RePCS over {args.endpoint} ({caps.method}) on {r['n']} records ({r['n_pos']} memorized / {r['n_neg']} clean): "
-        f"ROC-AUC {r['roc_auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}], top-k k={args.k or args.top_k}"
-    )
-    print(f"-> {out}/report.json, {out}/scores.jsonl")
-    return 0
+    backend = {"backend": "endpoint", "endpoint_method": caps.method}
+    return {
+        "records": records,
+        "traces": traces,
+        "detector": _detector(args),
+        "model": model,
+        "pair_config": _pc_dict(config),
+        "report_extra": {
+            **backend,
+            "unavailable": ["full-vocabulary KL (the report's estimator is top-k)", "hidden-state detectors"],
+        },
+        "row_extra": backend,
+        "over": f" over {args.endpoint} ({caps.method}, top-k k={args.k or args.top_k})",
+    }

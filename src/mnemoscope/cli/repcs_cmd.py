@@ -240,8 +240,8 @@ def _score(args: argparse.Namespace) -> int:
     if args.endpoint:
         from mnemoscope.cli.endpoint_args import repcs_score_endpoint
 
-        return repcs_score_endpoint(args)
-    if args.engine == "ray":
+        res = repcs_score_endpoint(args)
+    elif args.engine == "ray":
         res = _ray_score(args)
     else:
         res = score_file(
@@ -264,23 +264,52 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from mnemoscope.pipelines.repcs import evaluate
-    from mnemoscope.stats import undefined_reason
-
-    if args.endpoint:
-        from mnemoscope.cli.endpoint_args import repcs_eval_endpoint
-
-        return repcs_eval_endpoint(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _local_eval_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``repcs eval`` in process: trace (resumable, into ``--traces`` or OUT/traces), and with
+    ``--selfcheck`` sample closed-book answers for the SelfCheck baseline."""
     lm = load_from_args(args)
     config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
     records, traces = _traced(args, lm, config, out / "traces")
-    from mnemoscope.errors import InputError
+    samples = None
+    if args.selfcheck and traces:
+        from mnemoscope.trace import Tracer
 
+        tracer = Tracer(lm, batch_size=args.batch_size)
+        ids = [tracer.encode(t.prompt_without, chat=config.builder.chat) for t in traces]
+        sampled = tracer.sample(ids, args.selfcheck, args.max_new_tokens, seed=args.seed)
+        samples = [[lm.tokenizer.decode(s, skip_special_tokens=True) for s in group] for group in sampled]
+    return {
+        "records": records,
+        "traces": traces,
+        "detector": _detector(args),
+        "model": lm.info.to_dict(),
+        "pair_config": config.to_dict(),
+        "samples": samples,
+        "report_extra": {},
+        "row_extra": {},
+        "over": "",
+    }
+
+
+def _eval(args: argparse.Namespace) -> int:
+    """One eval path for both backends: labels checked, :func:`evaluate`, report (with provenance)
+    and scores written, one summary."""
+    import numpy as np
+
+    from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.repcs import evaluate
+    from mnemoscope.provenance import provenance
+    from mnemoscope.stats import undefined_reason
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import repcs_eval_inputs
+
+        got = repcs_eval_inputs(args)
+    else:
+        got = _local_eval_inputs(args, out)
+    records = got["records"]
     if any(r.label is None for r in records):
         raise InputError(f"{args.input}: every record needs a label (1 = memorized, 0 = clean) for eval")
     labels = np.array([r.label for r in records])
@@ -288,48 +317,41 @@ def _eval(args: argparse.Namespace) -> int:
     if reason:
         raise InputError(f"{args.input}: {reason}: AUC is undefined")
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
-    samples = None
-    if args.selfcheck:
-        from mnemoscope.trace import Tracer
-
-        tracer = Tracer(lm, batch_size=args.batch_size)
-        ids = [tracer.encode(t.prompt_without, chat=config.builder.chat) for t in traces]
-        sampled = tracer.sample(ids, args.selfcheck, args.max_new_tokens, seed=args.seed)
-        samples = [[lm.tokenizer.decode(s, skip_special_tokens=True) for s in group] for group in sampled]
     res = evaluate(
-        traces,
+        got["traces"],
         labels,
-        _detector(args),
+        got["detector"],
         calibration=calibration,
         calibration_fraction=args.calibration_fraction,
         seed=args.seed,
         n_resamples=args.n_resamples,
         kinds=[r.extra.get("kind") for r in records],
-        samples=samples,
+        samples=got.get("samples"),
     )
-    from mnemoscope.provenance import provenance
-
     res.report.update(
-        model=lm.info.to_dict(),
+        model=got["model"],
         input=args.input,
-        pair_config=config.to_dict(),
+        pair_config=got["pair_config"],
         seed=args.seed,
         provenance=provenance(),
+        **got["report_extra"],
     )
     (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
     with (out / "scores.jsonl").open("w") as f:
         for row in res.rows:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps({**row, **got["row_extra"]}) + "\n")
     r = res.report
     ci = r["roc_auc_ci"]
     print(
-        f"RePCS on {r['n']} records ({r['n_pos']} memorized / {r['n_neg']} clean): ROC-AUC {r['roc_auc']:.3f} "
-        f"[{ci[0]:.3f}, {ci[1]:.3f}], FPR@95%TPR {r['fpr_at_95_tpr']}, precision@10 {r['precision_at_10']}"
+        f"RePCS{got['over']} on {r['n']} records ({r['n_pos']} memorized / {r['n_neg']} clean): "
+        f"ROC-AUC {r['roc_auc']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}], FPR@95%TPR {r['fpr_at_95_tpr']}, "
+        f"precision@10 {r['precision_at_10']}"
     )
-    h = r["held_out"]
-    print(
-        f"tau {r['threshold']['tau']:.4f}: held-out realised FPR {h['realised_fpr']} vs alpha {h['target_alpha']} "
-        f"({h['n_clean']} clean); top-k estimator AUC {r['topk_estimator']['roc_auc']}"
-    )
+    h = r.get("held_out")
+    if h:
+        print(
+            f"tau {r['threshold']['tau']:.4f}: held-out realised FPR {h['realised_fpr']} vs alpha "
+            f"{h['target_alpha']} ({h['n_clean']} clean); top-k estimator AUC {r['topk_estimator']['roc_auc']}"
+        )
     print(f"-> {out}/report.json, {out}/scores.jsonl")
     return 0
