@@ -151,8 +151,9 @@ class AuditStore(LogChecks):
         """Store audits in one transaction (durable when this returns); returns their ``seq``.
 
         Each record needs ``id`` and ``created_at``; ``source`` (one of :data:`SOURCES`,
-        default ``undetermined``), ``memory_flag`` (default: not flagged; RePCS memorized for records without a source) and
-        ``latency_ms`` are indexed; the whole dict is the hashed content.
+        default ``undetermined``), ``memory_flag`` (default: not flagged; for records without a
+        source, RePCS memorized) and ``latency_ms`` are indexed; the whole dict is the hashed
+        content.
         """
         self._check_writable()
         if not records:
