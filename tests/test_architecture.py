@@ -27,7 +27,8 @@ Imports inside functions count too (a lazy import is still a dependency). Beyond
 
 Known violations that another change is removing are listed below with the reason; each has a
 strict expected-failure test, so the allowance must be deleted the moment the violation is gone.
-(The last import cycle, pipelines/audit.py <-> profile.py <-> repcs.py, went with issue 24.)
+(Issue 24 removed the last import cycles, cli/main.py <-> every command and pipelines/audit.py <->
+profile.py <-> repcs.py, and the consumers' re-decisions of the verdict: storage, records, llamaindex.)
 """
 
 from __future__ import annotations
@@ -114,13 +115,6 @@ MODULES = _modules()
 
 # -- known violations being removed (issue 24); delete an entry when its xfail test starts passing --
 
-# (path under src/, the offending expression as ast.unparse writes it): consumers re-deciding the verdict
-KNOWN_VERDICT_SITES: dict[tuple[str, str], str] = {
-    (
-        "mnemoscope/server/storage.py",
-        "src == 'memory'",
-    ): "memory_flag backfill, legacy memorized column (log)",
-}
 # detectors that import models/ (both for check_same_model, a model-identity check)
 KNOWN_MODEL_IMPORTS: dict[str, str] = {
     "mnemoscope/detectors/radar.py": "load_radar checks the model itself (belongs in pipelines/radar)",
@@ -413,23 +407,11 @@ def test_verdict_scanner_sees_the_patterns():
 
 
 def test_verdicts_are_decided_in_pipelines_only():
-    bad = [
-        f"{p}:{line} {expr!r}: {why}"
-        for p, line, expr, why in _verdict_sites()
-        if (p, expr) not in KNOWN_VERDICT_SITES
-    ]
+    bad = [f"{p}:{line} {expr!r}: {why}" for p, line, expr, why in _verdict_sites()]
     assert not bad, (
         "a verdict decided outside pipelines/ (read AuditResult.memory_flag / source, or add the rule to "
         "pipelines/):\n" + "\n".join(bad)
     )
-
-
-@pytest.mark.parametrize("site", sorted(KNOWN_VERDICT_SITES), ids=lambda s: f"{s[0]}:{s[1]}")
-@pytest.mark.xfail(
-    strict=True, reason="a known re-decision being removed; delete its KNOWN_VERDICT_SITES entry"
-)
-def test_known_verdict_site_is_gone(site):
-    assert site not in {(p, expr) for p, _, expr, _ in _verdict_sites()}
 
 
 # -- detectors consume traces, never models --------------------------------------------------------

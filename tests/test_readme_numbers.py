@@ -105,12 +105,6 @@ def test_results_manifest_check_finds_no_readme_problem():
     assert out.returncode == 0 or "not in MANIFEST.md" in out.stderr, out.stderr
 
 
-# page: link -> why it is broken for now; a strict xfail below makes the entry go when it is fixed
-KNOWN_BROKEN_LINKS = {
-    "docs/server.md: img/dashboard-verdict.png": "the screenshot the server's browser test is to take (issue 24)",
-}
-
-
 def _broken_links() -> list[str]:
     bad = []
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -126,11 +120,5 @@ def _broken_links() -> list[str]:
 
 def test_readme_and_docs_links_resolve():
     """Relative links (README and docs/) point at files that exist in the checkout and the sdist."""
-    bad = [b for b in _broken_links() if b not in KNOWN_BROKEN_LINKS]
+    bad = _broken_links()
     assert not bad, "broken relative links:\n" + "\n".join(bad)
-
-
-@pytest.mark.parametrize("link", sorted(KNOWN_BROKEN_LINKS))
-@pytest.mark.xfail(strict=True, reason="a known broken link; delete its KNOWN_BROKEN_LINKS entry once fixed")
-def test_known_broken_link_is_fixed(link):
-    assert link not in _broken_links()
