@@ -32,11 +32,11 @@ from mnemoscope.server.batcher import Batcher
 from mnemoscope.server.config import ServerSettings
 from mnemoscope.server.deps import ServerState
 from mnemoscope.server.metrics import ServerMetrics
-from mnemoscope.server.records import Job, audit_record, process_batch
+from mnemoscope.server.records import Job, process_batch
 from mnemoscope.server.routes import audit, dashboard, health, proofs, reading, stats
 from mnemoscope.server.storage import AuditStore, open_store
 
-__all__ = ["API_VERSION", "audit_record", "create_app", "load_engine"]
+__all__ = ["API_VERSION", "create_app", "load_engine"]
 
 log = logging.getLogger(__name__)
 

@@ -79,7 +79,7 @@ def audit_app_prompt(
         answer: the upstream's answer text (teacher-forced on both paths).
         accept_layouts: layouts audited although the profile was not calibrated on them
             (recorded as ``layout.calibrated: false``).
-        record_of: the server's result -> record shaping (``server.app.audit_record``).
+        record_of: the server's result -> record shaping (``server.records.audit_record``).
     """
     from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
 
