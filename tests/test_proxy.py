@@ -143,9 +143,10 @@ def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False, **
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        auditor.client = EndpointClient(EndpointConfig(f"http://127.0.0.1:{port}/v1", retries=0, timeout=5))
-        auditor.client._caps = client.capabilities()
-        auditor.client._model = client.model
+        dead = EndpointClient(EndpointConfig(f"http://127.0.0.1:{port}/v1", retries=0, timeout=5))
+        dead._caps = client.capabilities()
+        dead._model = client.model
+        auditor.client = auditor.backend.client = dead  # the backend traces through its own client
     app = create_proxy_app(
         ProxySettings(upstream=llama_server.base_url, **settings), auditor=auditor, store=open_store(db)
     )
@@ -289,7 +290,7 @@ def test_the_apps_own_prompt_is_audited_system_fewshot_history(llama_server, pro
     assert audit["layout"]["calibrated"] is True and isinstance(audit["memory_flag"], bool)
     store = open_store(proxy.db, readonly=True)
     try:
-        assert store.get(audit["id"])["layout"]["how"] == "default: 'Context' block"
+        assert store.get(audit["id"])["layout"]["how"] == "default: 'Context:' block"
     finally:
         store.close()
 
