@@ -2,7 +2,7 @@
 
 Layers (lower first; a module may import its own layer and any lower one, never a higher one):
 
-    base        errors, io, divergence, paths, registry, the package root
+    base        errors, io, divergence, identity, paths, registry, the package root
     stats/data  pure statistics; record parsing
     models      spec -> loaded model
     trace       model + prompts -> traces
@@ -50,6 +50,7 @@ RANK = {
     "io": 0,
     "provenance": 0,
     "divergence": 0,
+    "identity": 0,
     "paths": 0,
     "registry": 0,
     "__main__": 10,
@@ -112,14 +113,6 @@ def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
 
 
 MODULES = _modules()
-
-# -- known violations being removed (issue 24); delete an entry when its xfail test starts passing --
-
-# detectors that import models/ (both for check_same_model, a model-identity check)
-KNOWN_MODEL_IMPORTS: dict[str, str] = {
-    "mnemoscope/detectors/radar.py": "load_radar checks the model itself (belongs in pipelines/radar)",
-    "mnemoscope/detectors/crm_artifact.py": "the CRM artefact checks the model itself (belongs in pipelines/crm)",
-}
 
 
 def _rel(path: Path) -> str:
@@ -430,15 +423,7 @@ def _model_imports() -> dict[str, list[str]]:
 
 def test_detectors_and_features_do_not_import_models():
     found = _model_imports()
-    bad = [line for p, lines in found.items() if p not in KNOWN_MODEL_IMPORTS for line in lines]
+    bad = [line for lines in found.values() for line in lines]
     assert not bad, (
         "detectors/features import models/ (take traces or ModelInfo dicts instead):\n" + "\n".join(bad)
     )
-
-
-@pytest.mark.parametrize("path", sorted(KNOWN_MODEL_IMPORTS), ids=str)
-@pytest.mark.xfail(
-    strict=True, reason="a known models/ import being removed; delete its KNOWN_MODEL_IMPORTS entry"
-)
-def test_known_model_import_is_gone(path):
-    assert path not in _model_imports()

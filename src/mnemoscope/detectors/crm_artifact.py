@@ -24,8 +24,8 @@ from sklearn.pipeline import Pipeline
 from mnemoscope.detectors.crm import CRMFeaturizer
 from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.crm import CRMData
+from mnemoscope.identity import check_same_model
 from mnemoscope.io import atomic_write
-from mnemoscope.models.loader import check_same_model
 
 __all__ = ["FORMAT", "FittedCRM", "ModelMismatchError", "from_pipeline", "load_crm", "save_crm"]
 

@@ -47,8 +47,8 @@ from sklearn.utils.validation import check_is_fitted
 from mnemoscope.detectors.base import MembershipData, MembershipMethod, Requirement
 from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.features.radar import FEATURE_NAMES
+from mnemoscope.identity import check_same_model
 from mnemoscope.io import atomic_write
-from mnemoscope.models.loader import check_same_model
 
 __all__ = [
     "FORMAT_VERSION",

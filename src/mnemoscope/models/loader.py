@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from mnemoscope.errors import ModelLoadError, ModelMismatchError
+from mnemoscope.errors import ModelLoadError
+from mnemoscope.identity import check_same_model
 from mnemoscope.models.arch import ArchAdapter, adapter_for
 from mnemoscope.models.cache import file_sha256, gguf_cache_entry, publish
 from mnemoscope.models.spec import ModelSpec, SourceKind
@@ -76,35 +77,6 @@ class ModelInfo:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelInfo:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-def _identity(info: Any) -> dict[str, Any]:
-    return info.to_dict() if hasattr(info, "to_dict") else dict(info or {})
-
-
-def check_same_model(fitted_on: Any, model: Any, *, what: str, remedy: str) -> None:
-    """The one model-identity check: raise unless ``model`` is the model ``what`` was fitted on.
-
-    Args:
-        fitted_on, model: a :class:`ModelInfo` or its dict (``to_dict()``); compared by ``fingerprint``.
-        what: the artefact, for the message ("the profile runs/p", "this CRM artefact", ...).
-        remedy: what the user should do instead (one clause).
-
-    Raises:
-        ModelMismatchError: the fingerprints differ (or the artefact records none).
-
-    >>> check_same_model({"name": "a", "fingerprint": "f1"}, {"name": "a", "fingerprint": "f1"}, what="x", remedy="y")
-    >>> check_same_model({"name": "a", "fingerprint": "f1"}, {"name": "b", "fingerprint": "f2"}, what="x", remedy="refit")
-    Traceback (most recent call last):
-    ...
-    mnemoscope.errors.ModelMismatchError: x was fitted on a (fingerprint f1), but the model is b (fingerprint f2); refit
-    """
-    a, b = _identity(fitted_on), _identity(model)
-    if a.get("fingerprint") is None or a.get("fingerprint") != b.get("fingerprint"):
-        raise ModelMismatchError(
-            f"{what} was fitted on {a.get('name')} (fingerprint {str(a.get('fingerprint'))[:16]}), "
-            f"but the model is {b.get('name')} (fingerprint {str(b.get('fingerprint'))[:16]}); {remedy}"
-        )
 
 
 @dataclass
