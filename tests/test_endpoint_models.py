@@ -32,7 +32,10 @@ GEMMA_TEMPLATE = (
 def _fetch_models():
     spec = importlib.util.spec_from_file_location("fetch_models", ROOT / "scripts" / "fetch_models.py")
     assert spec is not None and spec.loader is not None
+    import sys
+
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(mod)
     return mod
 
