@@ -292,14 +292,11 @@ def _local_eval_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    """One eval path for both backends: labels checked, :func:`evaluate`, report (with provenance)
-    and scores written, one summary."""
-    import numpy as np
-
+    """One eval path for both backends: the backend supplies the traces, detector and identity;
+    :func:`~mnemoscope.pipelines.repcs.run_eval` checks the labels, evaluates and writes the report
+    (with provenance) and the scores."""
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.repcs import evaluate
-    from mnemoscope.provenance import provenance
-    from mnemoscope.stats import undefined_reason
+    from mnemoscope.pipelines.repcs import run_eval
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -309,37 +306,28 @@ def _eval(args: argparse.Namespace) -> int:
         got = repcs_eval_inputs(args)
     else:
         got = _local_eval_inputs(args, out)
-    records = got["records"]
-    if any(r.label is None for r in records):
-        raise InputError(f"{args.input}: every record needs a label (1 = memorized, 0 = clean) for eval")
-    labels = np.array([r.label for r in records])
-    reason = undefined_reason(labels)
-    if reason:
-        raise InputError(f"{args.input}: {reason}: AUC is undefined")
     calibration = json.loads(Path(args.calibration).read_text()) if args.calibration else None
-    res = evaluate(
-        got["traces"],
-        labels,
-        got["detector"],
-        calibration=calibration,
-        calibration_fraction=args.calibration_fraction,
-        seed=args.seed,
-        n_resamples=args.n_resamples,
-        kinds=[r.extra.get("kind") for r in records],
-        samples=got.get("samples"),
-    )
-    res.report.update(
-        model=got["model"],
-        input=args.input,
-        pair_config=got["pair_config"],
-        seed=args.seed,
-        provenance=provenance(),
-        **got["report_extra"],
-    )
-    (out / "report.json").write_text(json.dumps(res.report, indent=1, default=float) + "\n")
-    with (out / "scores.jsonl").open("w") as f:
-        for row in res.rows:
-            f.write(json.dumps({**row, **got["row_extra"]}) + "\n")
+    try:
+        res = run_eval(
+            got["traces"],
+            got["records"],
+            got["detector"],
+            out,
+            calibration=calibration,
+            calibration_fraction=args.calibration_fraction,
+            seed=args.seed,
+            n_resamples=args.n_resamples,
+            samples=got.get("samples"),
+            report={
+                "model": got["model"],
+                "input": args.input,
+                "pair_config": got["pair_config"],
+                **got["report_extra"],
+            },
+            row_extra=got["row_extra"],
+        )
+    except InputError as e:
+        raise InputError(f"{args.input}: {e.reason}", field=e.field) from e
     r = res.report
     ci = r["roc_auc_ci"]
     print(
