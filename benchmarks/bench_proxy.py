@@ -236,13 +236,18 @@ def _auditor(server: Any, profile: str | None) -> Any:
     return EndpointAuditor(client, prof)
 
 
-def _stream_once(base: str, max_tokens: int) -> dict[str, Any]:
-    """TTFT (first content delta) and time to [DONE] of one streamed chat completion."""
+def _stream_once(base: str, max_tokens: int, tag: str = "") -> dict[str, Any]:
+    """TTFT (first content delta) and time to [DONE] of one streamed chat completion. ``tag``
+    starts the system prompt, so that no request reuses the server's prompt cache of another
+    (the audit's own requests fill it): every path pays the same prompt evaluation."""
     import httpx
 
+    msgs = (
+        [{**MESSAGES[0], "content": f"[{tag}] {MESSAGES[0]['content']}"}, *MESSAGES[1:]] if tag else MESSAGES
+    )
     body = {
         "model": "smollm2",
-        "messages": MESSAGES,
+        "messages": msgs,
         "temperature": 0,
         "max_tokens": max_tokens,
         "stream": True,
@@ -313,9 +318,10 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(1)
         res: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
         audits = []
-        for _ in range(args.n):
-            for name, base in paths.items():
-                r = _stream_once(base, args.max_tokens)
+        names = list(paths)
+        for i in range(args.n):
+            for name in names[i % 3 :] + names[: i % 3]:  # each path first in turn
+                r = _stream_once(paths[name], args.max_tokens, tag=f"{i}-{name}")
                 res[name].append(r)
                 if name == "proxy_audit_on":
                     rec = _wait_logged(on, r["audit_id"]) if args.gap == "audit" else None
@@ -350,6 +356,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         out["audits"] = {"statuses": statuses, "audit_ms": _summ([x / 1000 for x in lat])}
         out["settings"] = {
             "n_rounds": args.n,
+            "prompt_cache": "defeated: each request's system prompt starts with its own tag; paths rotate",
             "max_tokens": args.max_tokens,
             "gap": args.gap,
             "server_threads": args.threads,
@@ -436,7 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("latency", "load"):
         q = sub.add_parser(name)
         q.add_argument("--threads", type=int, default=1, help="llama.cpp server threads")
-        q.add_argument("--profile", default=None, help="endpoint profile folder (calibrated there on 10 verified items first when it has none)")
+        q.add_argument(
+            "--profile",
+            default=None,
+            help="endpoint profile folder (calibrated there on 10 verified items first when it has none)",
+        )
         q.add_argument("--max-tokens", type=int, default=24)
         if name == "latency":
             q.add_argument("--n", type=int, default=20, help="rounds (one request per path each)")
