@@ -38,6 +38,10 @@ REGENERATE = [
     ("crm/diagnostics", "python benchmarks/crm_diagnostics.py"),
     ("crm/families", "bash benchmarks/crm_families.sh"),
     ("crm/", "bash benchmarks/crm_siblings.sh (crm_eval_siblings.py; crm_summary.py prints the docs tables)"),
+    (
+        "endpoint/cost",
+        "OMP_NUM_THREADS=1 python benchmarks/bench_endpoint_cost.py --n-per-label 2 --server-threads 1",
+    ),
     ("endpoint/", "python benchmarks/endpoint_agreement.py"),
     ("integrations/", "python benchmarks/bench_integrations.py"),
     ("leaderboard_memory", "python benchmarks/bench_leaderboard_memory.py --threads 1"),
