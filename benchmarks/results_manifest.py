@@ -44,6 +44,8 @@ REGENERATE = [
     ),
     ("endpoint/", "python benchmarks/endpoint_agreement.py"),
     ("integrations/", "python benchmarks/bench_integrations.py"),
+    ("proxy/leak", "python benchmarks/bench_proxy.py leak --n 1000 (docs/proxy.md)"),
+    ("proxy/", "python benchmarks/bench_proxy.py latency --n 6 --threads 1 --profile DIR (docs/proxy.md)"),
     ("leaderboard_memory", "python benchmarks/bench_leaderboard_memory.py --threads 1"),
     ("membership/", "bash benchmarks/build_siblings.sh (mnemoscope bench run --suite membership)"),
     (
@@ -61,8 +63,18 @@ REGENERATE = [
     ("scar/positive_control", "python benchmarks/scar_positive_control.py --stage all"),
     ("scar/", "python benchmarks/bench_scar.py"),
     ("shift/", "mnemoscope bench run --suite shift --out benchmarks/results/shift --threads 1"),
+    ("server/log-scale", "python benchmarks/bench_log_scale.py --db DB_OR_URL --n 1000000 (docs/log.md)"),
+    (
+        "server/load-log",
+        "python benchmarks/bench_load.py (docs/log.md; see benchmarks/results/server/README.md)",
+    ),
     ("server/", "python benchmarks/bench_server.py"),
     ("trace.json", "python benchmarks/bench_trace.py"),
+    (
+        "verdict/regression",
+        "python benchmarks/verdict_regression.py --out runs/verdict-regression/after.jsonl "
+        "--compare runs/verdict-regression/before.jsonl --report benchmarks/results/verdict/regression/report.json",
+    ),
     ("verdict/", "bash benchmarks/reliance_pipeline.sh (build_default_profile.py, verdict_eval.py)"),
 ]
 
