@@ -18,6 +18,20 @@ import httpx
 API_KEY = "test-key-1"
 
 
+def pg_base_url() -> str:
+    """The test PostgreSQL server (``MNEMOSCOPE_TEST_PG_URL``): skip without one, fail instead when
+    ``MNEMOSCOPE_REQUIRE_SERVICES=1``."""
+    import pytest
+
+    url = os.environ.get("MNEMOSCOPE_TEST_PG_URL")
+    if not url:
+        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail("MNEMOSCOPE_TEST_PG_URL is not set (scripts/ci_services.sh starts PostgreSQL)")
+        pytest.skip("no PostgreSQL: set MNEMOSCOPE_TEST_PG_URL (see scripts/ci_services.sh)")
+    pytest.importorskip("psycopg")
+    return url
+
+
 def tiny_records(n: int = 40) -> list[Any]:
     from mnemoscope.data.records import Record
 

@@ -4,7 +4,6 @@ writers on one PostgreSQL (the reproduced false tamper alarm, a dropped connecti
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import uuid
@@ -16,6 +15,7 @@ import pytest
 from mnemoscope.server.ledger import canonical, entry_hash, leaf_hash, merkle_root
 from mnemoscope.server.signing import Signer, Verifier
 from mnemoscope.server.storage import SOURCES, StorageError, open_store
+from server_helpers import pg_base_url
 
 
 def _rec(i: int, t: float | None = None) -> dict[str, Any]:
@@ -260,21 +260,11 @@ def test_an_old_log_verifies_read_only_and_is_migrated_on_open(tmp_path: Path) -
 # -- PostgreSQL: several writers ----------------------------------------------------------------------
 
 
-def _pg_base() -> str:
-    url = os.environ.get("MNEMOSCOPE_TEST_PG_URL")
-    if not url:
-        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
-            pytest.fail("MNEMOSCOPE_TEST_PG_URL is not set (scripts/ci_services.sh starts PostgreSQL)")
-        pytest.skip("no PostgreSQL: set MNEMOSCOPE_TEST_PG_URL (see scripts/ci_services.sh)")
-    pytest.importorskip("psycopg")
-    return url
-
-
 @pytest.fixture()
 def pg(request: Any) -> Any:
     import psycopg
 
-    base = _pg_base()
+    base = pg_base_url()
     schema = f"t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"CREATE SCHEMA {schema}")
@@ -335,7 +325,7 @@ def test_pg_dropped_connection_fails_cleanly_then_reconnects(pg: str) -> None:
     st = open_store(pg)
     st.append([_rec(1)])
     pid = st._conn.info.backend_pid
-    with psycopg.connect(_pg_base(), autocommit=True) as con:
+    with psycopg.connect(pg_base_url(), autocommit=True) as con:
         con.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(StorageError):
         st.append([_rec(2)])  # in flight when the server went away: not acknowledged

@@ -20,28 +20,18 @@ import pytest
 
 from mnemoscope.server.signing import Signer
 from mnemoscope.server.storage import open_store
-from server_helpers import Server, start_server, stop_server
+from server_helpers import Server, pg_base_url, start_server, stop_server
 
 # a replica starts in ~10 s on an idle machine; on a shared, overloaded one it took 90 s
 READY_S = float(os.environ.get("MNEMOSCOPE_TEST_READY_S", "300"))
 PHASE_S = 90.0
 
 
-def _pg_base() -> str:
-    url = os.environ.get("MNEMOSCOPE_TEST_PG_URL")
-    if not url:
-        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
-            pytest.fail("MNEMOSCOPE_TEST_PG_URL is not set (scripts/ci_services.sh starts PostgreSQL)")
-        pytest.skip("no PostgreSQL: set MNEMOSCOPE_TEST_PG_URL (see scripts/ci_services.sh)")
-    pytest.importorskip("psycopg")
-    return url
-
-
 @pytest.fixture()
 def pg_schema() -> Any:
     import psycopg
 
-    base = _pg_base()
+    base = pg_base_url()
     schema = f"r_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"CREATE SCHEMA {schema}")
@@ -128,7 +118,7 @@ def test_replicas_on_one_postgres_survive_a_kill_and_lost_connections(
         servers[0].proc.send_signal(signal.SIGKILL)  # mid-stream, possibly inside an append
         n_at_kill = len(acked)
         wait_for(n_at_kill + 20)
-        with psycopg.connect(_pg_base(), autocommit=True) as con:  # what a restart does to them
+        with psycopg.connect(pg_base_url(), autocommit=True) as con:  # what a restart does to them
             cut = con.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
                 (schema,),

@@ -6,7 +6,6 @@ with ``scripts/ci_services.sh``); without it they skip, unless ``MNEMOSCOPE_REQU
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import threading
@@ -23,6 +22,7 @@ pytest.importorskip("fastapi")
 from mnemoscope.server.storage import open_store
 from server_helpers import (
     API_KEY,
+    pg_base_url,
     running,
     start_server,
     stop_server,
@@ -201,21 +201,11 @@ def test_server_refuses_a_profile_for_another_model(service: tuple[Path, Path], 
 # -- PostgreSQL -------------------------------------------------------------------------------------
 
 
-def _pg_url() -> str:
-    url = os.environ.get("MNEMOSCOPE_TEST_PG_URL")
-    if not url:
-        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
-            pytest.fail("MNEMOSCOPE_TEST_PG_URL is not set (scripts/ci_services.sh starts PostgreSQL)")
-        pytest.skip("no PostgreSQL: set MNEMOSCOPE_TEST_PG_URL (see scripts/ci_services.sh)")
-    pytest.importorskip("psycopg")
-    return url
-
-
 @pytest.fixture()
 def pg_url() -> Any:
     import psycopg
 
-    base = _pg_url()
+    base = pg_base_url()
     schema = f"t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as con:
         con.execute(f"CREATE SCHEMA {schema}")
