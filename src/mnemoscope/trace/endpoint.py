@@ -530,6 +530,28 @@ def _as_parsed(s: Scored) -> ParsedLogprobs:
     return ParsedLogprobs(list(s.pieces), [float(v) for v in s.own], [dict(t) for t in s.tops])
 
 
+def _scored_pair(
+    ans: list[int],
+    with_s: Scored,
+    without_s: Scored,
+    use_eos: bool,
+    notes: list[str],
+    ids_with: list[int],
+    ids_without: list[int],
+) -> _PairScores:
+    """The per-position paths' (``positions``, ``native``) result: both scored paths and the prompts' ids."""
+    return _PairScores(
+        ans,
+        _as_parsed(with_s),
+        _as_parsed(without_s),
+        use_eos,
+        notes,
+        len(ids_with),
+        len(ids_without),
+        ids_with == ids_without,
+    )
+
+
 def _cut_at_end_texts(text: str, ends: Sequence[str]) -> tuple[str, bool]:
     """``text`` up to the first end-of-generation text, and whether one was found."""
     cut = min((text.index(e) for e in ends if e and e in text), default=None)
@@ -683,16 +705,7 @@ def _positions_scores(
             without_s.own.append(own_wo)
             without_s.tops.append(d_wo)
             use_eos = True
-    return _PairScores(
-        ans,
-        _as_parsed(with_s),
-        _as_parsed(without_s),
-        use_eos,
-        notes,
-        len(ids_with),
-        len(ids_without),
-        ids_with == ids_without,
-    )
+    return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
 
 
 def _native_scores(
@@ -736,13 +749,4 @@ def _native_scores(
     without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context")
     if use_eos:
         without_s.pieces[-1] = ""
-    return _PairScores(
-        ans,
-        _as_parsed(with_s),
-        _as_parsed(without_s),
-        use_eos,
-        notes,
-        len(ids_with),
-        len(ids_without),
-        ids_with == ids_without,
-    )
+    return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
