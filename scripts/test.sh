@@ -7,4 +7,4 @@ bash scripts/setup.sh
 "$PY" -m ruff check src tests benchmarks
 "$PY" -m ruff format --check src tests benchmarks
 "$PY" -m mypy
-"$PY" -m pytest -q "$@"
+"$PY" -m pytest -q --durations=25 "$@"
