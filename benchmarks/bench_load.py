@@ -9,13 +9,20 @@ were sent or ``--seconds`` passed. Reports per level: audits/s, p50/p99 latency,
 memory (RSS) of every server process sampled each second, and the log's size at the end; it
 ends with ``log verify`` of the database.
 
+Memory: the resident set (RSS, ``/proc/PID/status``) of every process taking part is sampled
+each second: each server replica (and any child it starts), this load generator, and on
+PostgreSQL the database backends serving the replicas (found by ``application_name``, which
+the script sets on the replicas' URL). Machine state per level: 1/5/15-min load averages and
+the number of runnable tasks (``/proc/loadavg``); the busiest other processes are listed at
+the start and the end of the run (``ps``), so a figure can be read with what else was running.
+
 ``--model tiny``: a tiny random llama saved to disk with a profile calibrated for it (the
 test suite's), so the service itself (HTTP, queue, batching, storage) is measured;
 ``--model default``: the embedded default model (throughput is model-bound).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_load.py --model tiny --tag tiny-sqlite
     OMP_NUM_THREADS=1 python benchmarks/bench_load.py --model tiny --db "$MNEMOSCOPE_TEST_PG_URL" --replicas 2
-    OMP_NUM_THREADS=1 python benchmarks/bench_load.py --model default --levels 1,8,32 --requests 64
+    OMP_NUM_THREADS=1 python benchmarks/bench_load.py --model default --db "$MNEMOSCOPE_TEST_PG_URL" --replicas 2
 
 The machine is shared: 1-minute load averages are recorded per level; read figures with them.
 """
@@ -90,6 +97,39 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def machine() -> dict[str, Any]:
+    """Load averages and runnable/total tasks from /proc/loadavg."""
+    parts = Path("/proc/loadavg").read_text().split()
+    running, total = parts[3].split("/")
+    return {
+        "load": [float(x) for x in parts[:3]],
+        "runnable_tasks": int(running),
+        "tasks": int(total),
+    }
+
+
+def busiest(n: int = 12) -> list[str]:
+    """The processes using >= 5% CPU over the last second (``top``'s second iteration)."""
+    try:
+        out = subprocess.run(
+            ["top", "-c", "-b", "-n", "2", "-d", "1", "-w", "200"], capture_output=True, text=True, timeout=20
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    block = out.split("\n\n")[-1].strip().splitlines()  # the second iteration's process table
+    rows = [ln for ln in block[1:] if ln.strip()]
+    busy = [r.split() for r in rows if len(r.split()) > 11]
+    return [f"{r[8]}% {' '.join(r[11:])[:110]}" for r in busy[:n] if float(r[8]) >= 5.0]
+
+
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -98,6 +138,7 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def run_level(urls: list[str], conc: int, n_max: int, seconds: float) -> dict[str, Any]:
+    before = machine()
     lat: list[float] = []
     status: dict[str, int] = {}
     sent = 0
@@ -153,6 +194,8 @@ def run_level(urls: list[str], conc: int, n_max: int, seconds: float) -> dict[st
         "error_rate": round(1 - ok / n, 4) if n else None,
         "status": status,
         "load1": round(os.getloadavg()[0], 2),
+        "machine_before": before,
+        "machine_after": machine(),
     }
 
 
@@ -178,6 +221,68 @@ def log_size(db: str) -> dict[str, Any]:
     n = st.counts()["n"]
     st.close()
     return {"file_bytes": sum(p.stat().st_size for p in files), "tree_size": n}
+
+
+def pg_backends(db: str, app: str) -> list[int]:
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as con:
+        rows = con.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (app,),
+        ).fetchall()
+    return sorted(int(r[0]) for r in rows)
+
+
+def sample_memory(
+    servers: list[tuple[Any, str]],
+    db: str,
+    app: str | None,
+    out: list[dict[str, Any]],
+    stop: threading.Event,
+) -> None:
+    """Every second: RSS of each replica (+ children), of this load generator, and of the
+    PostgreSQL backends serving the replicas (re-listed every 10 s: a reconnect changes them)."""
+    t0 = time.time()
+    backends: list[int] = []
+    k = 0
+    while not stop.is_set():
+        if app is not None and k % 10 == 0:
+            with contextlib.suppress(Exception):
+                backends = pg_backends(db, app)
+        procs: dict[str, int | None] = {}
+        for i, (p, _) in enumerate(servers):
+            kids = children(p.pid)
+            procs[f"server{i}"] = rss_kb(p.pid)
+            for c in kids:
+                procs[f"server{i}-child{c}"] = rss_kb(c)
+        procs["loadgen"] = rss_kb(os.getpid())
+        for b in backends:
+            procs[f"pg-backend{b}"] = rss_kb(b)
+        out.append({"t": round(time.time() - t0, 1), "rss_kb": procs})
+        k += 1
+        stop.wait(1.0)
+
+
+def memory_summary(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per process: first, max, last RSS (KB) and the growth over the second half of its samples
+    (last minus the median of the samples at the midpoint: flat memory is ~0)."""
+    series: dict[str, list[int]] = {}
+    for s in samples:
+        for name, v in s["rss_kb"].items():
+            if v:
+                series.setdefault(name, []).append(int(v))
+    out = {}
+    for name, xs in series.items():
+        mid = xs[len(xs) // 2 : len(xs) // 2 + 5]
+        out[name] = {
+            "n_samples": len(xs),
+            "first": xs[0],
+            "max": max(xs),
+            "last": xs[-1],
+            "growth_second_half_kb": xs[-1] - int(statistics.median(mid)),
+        }
+    return out
 
 
 def main() -> None:
@@ -211,7 +316,8 @@ def main() -> None:
         with psycopg.connect(args.db, autocommit=True) as con:
             con.execute(f"CREATE SCHEMA {schema}")
         sep = "&" if "?" in args.db else "?"
-        db = f"{args.db}{sep}options=-csearch_path%3D{schema}"
+        # the application name lets the memory sampler find the replicas' PostgreSQL backends
+        db = f"{args.db}{sep}options=-csearch_path%3D{schema}&application_name={schema}"
         from mnemoscope.server.storage import open_store
 
         open_store(db).close()  # create the schema once, before the replicas start
@@ -225,17 +331,12 @@ def main() -> None:
     servers = []
     rss: list[dict[str, Any]] = []
     stop = threading.Event()
+    run_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    busy_start = busiest()
     try:
         for i in range(args.replicas):
             servers.append(start(model, profile, db, args.work / f"server{i}.log", extra, args.ready_s))
-
-        def sample() -> None:
-            t0 = time.time()
-            while not stop.is_set():
-                rss.append({"t": round(time.time() - t0, 1), "rss_kb": [rss_kb(p.pid) for p, _ in servers]})
-                stop.wait(1.0)
-
-        sampler = threading.Thread(target=sample, daemon=True)
+        sampler = threading.Thread(target=sample_memory, args=(servers, db, schema, rss, stop), daemon=True)
         sampler.start()
         urls = [u for _, u in servers]
         run_level(urls, 1, 4, 60)  # warm-up (first audits load lazy parts)
@@ -253,6 +354,7 @@ def main() -> None:
         for p, _ in servers:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(120)
+    busy_end = busiest()
     from mnemoscope.server.storage import open_store
 
     st = open_store(db, readonly=True)
@@ -260,26 +362,19 @@ def main() -> None:
     rep = st.verify()
     verify_s = time.perf_counter() - t0
     st.close()
-    per_proc = [[r["rss_kb"][i] for r in rss if r["rss_kb"][i]] for i in range(len(servers))]
     out = {
         "model": args.model,
         "backend": "postgresql" if args.db else "sqlite",
         "replicas": args.replicas,
         "threads_per_server": 1,
-        "note": "loopback, closed-loop clients, shared 2-core machine (load1 per level)",
+        "bounds": {"requests_per_level": args.requests, "seconds_per_level": args.seconds},
+        "note": "loopback, closed-loop clients, shared 2-core machine (load per level)",
         "provenance": provenance(),
+        "started_utc": run_started,
+        "ended_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "busiest_processes": {"start": busy_start, "end": busy_end},
         "levels": levels,
-        "rss_kb": {
-            "per_process": [
-                {
-                    "first": xs[0] if xs else None,
-                    "max": max(xs) if xs else None,
-                    "last": xs[-1] if xs else None,
-                }
-                for xs in per_proc
-            ],
-            "samples": rss,
-        },
+        "rss_kb": {"per_process": memory_summary(rss), "samples": rss},
         "log": log_size(db),
         "verify": {"ok": rep.ok, "n_entries": rep.n_entries, "s": round(verify_s, 2), "problem": rep.problem},
     }
@@ -294,18 +389,35 @@ def main() -> None:
     lines = [
         f"# Load test `{tag}`: model {args.model}, {out['backend']}, {args.replicas} replica(s), 1 torch thread each",
         "",
-        f"Command: `{out['provenance']['command']}` at {out['provenance']['git_commit']}; shared 2-core machine.",
+        f"Command: `{out['provenance']['command']}` at {out['provenance']['git_commit']}, "
+        f"{out['started_utc']} - {out['ended_utc']}; shared 2-core machine. Each level: at most "
+        f"{args.requests} audits or {args.seconds:g} s.",
         "",
-        "| clients | sent | ok | audits/s | p50 ms | p99 ms | error rate | statuses | load1 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| clients | sent | ok | audits/s | p50 ms | p99 ms | error rate | statuses | load 1/5/15 before -> after "
+        "| runnable tasks before/after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in levels:
+        mb, ma = r["machine_before"], r["machine_after"]
         lines.append(
             f"| {r['concurrency']} | {r['n']} | {r['ok']} | {r['audits_per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
-            f"{r['error_rate']} | {r['status']} | {r['load1']} |"
+            f"{r['error_rate']} | {r['status']} | {mb['load']} -> {ma['load']} | "
+            f"{mb['runnable_tasks']}/{ma['runnable_tasks']} |"
         )
-    lines += ["", f"RSS per server (KB, first/max/last sample): {out['rss_kb']['per_process']}", ""]
-    lines += [f"Log at the end: {out['log']}; verify: {out['verify']}", ""]
+    lines += [
+        "",
+        "| process | samples | RSS first MB | max MB | last MB | growth over the 2nd half MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in out["rss_kb"]["per_process"].items():
+        lines.append(
+            f"| {name} | {m['n_samples']} | {m['first'] / 1024:.1f} | {m['max'] / 1024:.1f} | "
+            f"{m['last'] / 1024:.1f} | {m['growth_second_half_kb'] / 1024:+.1f} |"
+        )
+    lines += ["", f"Log at the end: {out['log']}; verify: {out['verify']}", ""]
+    lines += ["Busiest processes at the start (top, %CPU command):", ""]
+    lines += [f"    {x}" for x in busy_start] + [""]
+    lines += ["At the end:", ""] + [f"    {x}" for x in busy_end] + [""]
     (args.out_dir / f"load-log-{tag}.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
