@@ -216,45 +216,50 @@ def verify_log(
             tuple(sorted(signers)),
         )
 
+    sha256 = hashlib.sha256  # the loop below runs once per entry: local names, no helper calls
+    push = cr.push
     for e in entries:
-        if e.seq <= since:
+        seq = e.seq
+        if seq <= since:
             continue
-        if e.seq != expect:
-            if e.seq > expect:
+        if seq != expect:
+            if seq > expect:
                 return fail(
-                    f"record(s) {expect}..{e.seq - 1} are missing (deleted): the log jumps from "
-                    f"seq {expect - 1} to {e.seq}",
+                    f"record(s) {expect}..{seq - 1} are missing (deleted): the log jumps from "
+                    f"seq {expect - 1} to {seq}",
                     expect,
                     e.id,
                 )
-            return fail(f"seq {e.seq} appears out of order (expected {expect})", e.seq, e.id)
-        if e.content is None and e.raw is None:
+            return fail(f"seq {seq} appears out of order (expected {expect})", seq, e.id)
+        lh = e.leaf_hash
+        data = e.raw
+        if data is None and e.content is not None:
+            data = canonical(e.content)
+        if data is None:
             n_pruned += 1
-        else:
-            data = e.raw if e.raw is not None else canonical(e.content)
-            if hashlib.sha256(b"\x00" + data).digest() != e.leaf_hash:
-                return fail(
-                    f"record seq {e.seq} (id {e.id}) was altered: its content no longer matches its hash",
-                    e.seq,
-                    e.id,
-                )
-        if e.prev_hash != prev:
+        elif sha256(b"\x00" + data).digest() != lh:
             return fail(
-                f"record seq {e.seq} (id {e.id}) does not link to seq {e.seq - 1}: a record was deleted, "
-                "inserted or reordered before it",
-                e.seq,
+                f"record seq {seq} (id {e.id}) was altered: its content no longer matches its hash",
+                seq,
                 e.id,
             )
-        if entry_hash(prev, e.leaf_hash, e.seq) != e.entry_hash:
-            return fail(f"record seq {e.seq} (id {e.id}) has a forged entry hash", e.seq, e.id)
-        cr.append(e.leaf_hash)
+        if e.prev_hash != prev:
+            return fail(
+                f"record seq {seq} (id {e.id}) does not link to seq {seq - 1}: a record was deleted, "
+                "inserted or reordered before it",
+                seq,
+                e.id,
+            )
+        if sha256(b"\x02" + prev + lh + seq.to_bytes(8, "big")).digest() != e.entry_hash:
+            return fail(f"record seq {seq} (id {e.id}) has a forged entry hash", seq, e.id)
+        push(lh)
         n += 1
         prev = e.entry_hash
-        if pending is not None and pending.tree_size < e.seq:  # sizes repeat or go backwards
-            return fail(
-                f"checkpoint at tree size {pending.tree_size} is out of order", pending.tree_size, None
-            )
-        if pending is not None and pending.tree_size == e.seq:
+        if pending is not None and pending.tree_size <= seq:
+            if pending.tree_size < seq:  # sizes repeat or go backwards
+                return fail(
+                    f"checkpoint at tree size {pending.tree_size} is out of order", pending.tree_size, None
+                )
             cp = pending
             n_cps += 1
             if cr.root() != cp.root:

@@ -94,21 +94,25 @@ class LogChecks(LogBase):
         return VerifyStart(size, cp.head, cr)
 
     def _fetch_nodes(self, want: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        """The stored hashes of these tree nodes in one query: leaves (level 0) are the audits'
+        ``leaf_hash``, inner nodes the ``nodes`` table (node id ``level * 2**48 + index``; a
+        leaf's id is its index, so one id space covers both)."""
         want = list(want)
-        leaves = [i for lvl, i in want if lvl == 0]
+        leaves = [i + 1 for lvl, i in want if lvl == 0]
         inner = [lvl * NID_LEVEL + i for lvl, i in want if lvl > 0]
-        out: dict[tuple[int, int], bytes] = {}
+        parts, params = [], []
         if leaves:
-            marks = ", ".join("?" * len(leaves))
-            for seq, lh in self._exec(
-                f"SELECT seq, leaf_hash FROM audits WHERE seq IN ({marks})", [i + 1 for i in leaves]
-            ).fetchall():
-                out[(0, int(seq) - 1)] = self._b(lh)
+            parts.append(
+                f"SELECT seq - 1, leaf_hash FROM audits WHERE seq IN ({', '.join('?' * len(leaves))})"
+            )
+            params += leaves
         if inner:
-            marks = ", ".join("?" * len(inner))
-            for nid, h in self._exec(f"SELECT nid, hash FROM nodes WHERE nid IN ({marks})", inner).fetchall():
-                out[(int(nid) // NID_LEVEL, int(nid) % NID_LEVEL)] = self._b(h)
-        return out
+            parts.append(f"SELECT nid, hash FROM nodes WHERE nid IN ({', '.join('?' * len(inner))})")
+            params += inner
+        if not parts:
+            return {}
+        rows = self._exec(" UNION ALL ".join(parts), params).fetchall()
+        return {(int(nid) // NID_LEVEL, int(nid) % NID_LEVEL): self._b(h) for nid, h in rows}
 
     def _covering_checkpoint(self, seq: int) -> Checkpoint:
         cp = self._read(lambda: self._latest_checkpoint(seq))
@@ -130,15 +134,20 @@ class LogChecks(LogBase):
             ProofUnavailable: unknown id, or (read-only) no checkpoint covers it yet.
         """
         self._need_v2("an inclusion proof")
+        cols = self._cp_select("c.")
+        # the audit and the latest checkpoint if it covers it, in one round trip
         row = self._read(
             lambda: self._exec(
-                "SELECT seq, leaf_hash, content FROM audits WHERE id = ?", (audit_id,)
+                f"SELECT a.seq, a.leaf_hash, a.content, {cols} FROM audits a LEFT JOIN "
+                "(SELECT * FROM checkpoints ORDER BY tree_size DESC LIMIT 1) c ON c.tree_size >= a.seq "
+                "WHERE a.id = ?",
+                (audit_id,),
             ).fetchone()
         )
         if row is None:
             raise ProofUnavailable(f"no audit with id {audit_id!r}")
         seq, lh, content = int(row[0]), self._b(row[1]), row[2]
-        cp = self._covering_checkpoint(seq)
+        cp = self._cp(row[3:]) if row[3] is not None else self._covering_checkpoint(seq)
         try:
             path = self._read(lambda: inclusion_proof(seq - 1, cp.tree_size, self._fetch_nodes))
         except ProofError as e:

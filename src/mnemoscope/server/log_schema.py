@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from mnemoscope.errors import MnemoscopeError
@@ -323,21 +324,23 @@ class LogBase:
             (v, signer.name, size, now),
         )
 
+    def _cp_select(self, prefix: str = "") -> str:
+        """The columns :meth:`_cp` reads (NULL for those an older log lacks)."""
+        note = f"{prefix}note" if "note" in self._cp_cols else "NULL"
+        comp = f"{prefix}compact" if "compact" in self._cp_cols else "NULL"
+        return f"{prefix}tree_size, {prefix}root, {prefix}head, {prefix}created_at, {note}, {comp}"
+
     def _latest_checkpoint(self, at_least: int = 0) -> Checkpoint | None:
-        note = "note" if "note" in self._cp_cols else "NULL"
-        comp = "compact" if "compact" in self._cp_cols else "NULL"
         row = self._exec(
-            f"SELECT tree_size, root, head, created_at, {note}, {comp} FROM checkpoints "
+            f"SELECT {self._cp_select()} FROM checkpoints "
             "WHERE tree_size >= ? ORDER BY tree_size DESC LIMIT 1",
             (at_least,),
         ).fetchone()
         return None if row is None else self._cp(row)
 
     def _latest_checkpoint_at(self, size: int) -> Checkpoint | None:
-        note = "note" if "note" in self._cp_cols else "NULL"
-        comp = "compact" if "compact" in self._cp_cols else "NULL"
         row = self._exec(
-            f"SELECT tree_size, root, head, created_at, {note}, {comp} FROM checkpoints WHERE tree_size = ?",
+            f"SELECT {self._cp_select()} FROM checkpoints WHERE tree_size = ?",
             (size,),
         ).fetchone()
         return None if row is None else self._cp(row)
@@ -352,40 +355,47 @@ class LogBase:
             None if r[5] is None else self._b(r[5]),
         )
 
-    def entries(self, batch: int = 5000, after: int = 0) -> Iterator[LogEntry]:
-        """Every log entry with ``seq > after`` in order (read in pages, so memory stays bounded)."""
-        last = after
-        while True:
-            rows = self._read(
-                lambda last=last: self._exec(
+    def entries(self, batch: int = 10000, after: int = 0) -> Iterator[LogEntry]:
+        """Every log entry with ``seq > after`` in order (read in pages, so memory stays bounded).
+
+        The next page is read on a helper thread while the caller works through the current one,
+        so the database's work (PostgreSQL's backend, SQLite's page reads, both outside the GIL)
+        overlaps the caller's hashing; at most two pages are held at a time.
+        """
+
+        def page(last: int) -> list[Any]:
+            rows: list[Any] = self._read(
+                lambda: self._exec(
                     "SELECT seq, id, content, leaf_hash, prev_hash, entry_hash FROM audits "
                     "WHERE seq > ? ORDER BY seq LIMIT ?",
                     (last, batch),
                 ).fetchall()
             )
-            if not rows:
-                return
-            for seq, rid, content, lh, ph, eh in rows:
-                yield LogEntry(
-                    int(seq),
-                    str(rid),
-                    None,
-                    self._b(lh),
-                    self._b(ph),
-                    self._b(eh),
-                    None if content is None else content.encode("utf-8"),
-                )
-            last = int(rows[-1][0])
+            return rows
+
+        with ThreadPoolExecutor(1, thread_name_prefix="log-read") as ex:
+            nxt: Future[list[Any]] | None = ex.submit(page, after)
+            while nxt is not None:
+                rows = nxt.result()
+                nxt = ex.submit(page, int(rows[-1][0])) if len(rows) == batch else None
+                for seq, rid, content, lh, ph, eh in rows:
+                    yield LogEntry(
+                        seq,
+                        rid,
+                        None,
+                        lh if type(lh) is bytes else self._b(lh),
+                        ph if type(ph) is bytes else self._b(ph),
+                        eh if type(eh) is bytes else self._b(eh),
+                        None if content is None else content.encode("utf-8"),
+                    )
 
     def iter_checkpoints(self, after: int = 0, batch: int = 5000) -> Iterator[Checkpoint]:
-        note = "note" if "note" in self._cp_cols else "NULL"
-        comp = "compact" if "compact" in self._cp_cols else "NULL"
+        cols = self._cp_select()
         last = after
         while True:
             rows = self._read(
                 lambda last=last: self._exec(
-                    f"SELECT tree_size, root, head, created_at, {note}, {comp} FROM checkpoints "
-                    "WHERE tree_size > ? ORDER BY tree_size LIMIT ?",
+                    f"SELECT {cols} FROM checkpoints WHERE tree_size > ? ORDER BY tree_size LIMIT ?",
                     (last, batch),
                 ).fetchall()
             )

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
+_sha256 = hashlib.sha256
 
 Node = tuple[
     int, int
@@ -138,6 +139,15 @@ class CompactRange:
         self.hashes.append(h)
         self.size += 1
         return closed
+
+    def push(self, leaf: bytes) -> None:
+        """:meth:`append` without reporting the closed nodes (a verifier's fast path)."""
+        hashes, idx, h = self.hashes, self.size, leaf
+        while idx & 1:
+            h = _sha256(b"\x01" + hashes.pop() + h).digest()
+            idx >>= 1
+        hashes.append(h)
+        self.size += 1
 
     def root(self) -> bytes:
         return root_from_range(self.hashes)

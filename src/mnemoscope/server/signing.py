@@ -27,11 +27,14 @@ Example:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mnemoscope.errors import MnemoscopeError
 
@@ -99,13 +102,20 @@ class Verifier:
 
     def verify(self, msg: bytes, sig: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
         try:
-            Ed25519PublicKey.from_public_bytes(self.public).verify(sig, msg)
+            _public_key(self.public).verify(sig, msg)
         except InvalidSignature:
             return False
         return True
+
+
+@functools.lru_cache(maxsize=64)
+def _public_key(raw: bytes) -> Any:
+    """The parsed Ed25519 key (a verify of a long log checks thousands of notes with one key)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 class Signer:
@@ -219,8 +229,11 @@ def parse_checkpoint_text(text: str) -> tuple[str, int, bytes, bytes | None]:
     return origin, int(size_s), root, head
 
 
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f]")  # control characters other than newline
+
+
 def _split_note(note: str) -> tuple[str, list[tuple[str, bytes]]]:
-    if any(ord(c) < 0x20 and c != "\n" for c in note):
+    if _CONTROL.search(note):
         raise NoteError("a signed note must not contain control characters")
     cut = note.rfind("\n\n")
     if cut < 0:
