@@ -5,7 +5,8 @@ replica, PostgreSQL for several), then for each concurrency level (default 1, 8,
 runs closed-loop clients (one thread + one ``httpx.Client`` each; client ``k`` talks to
 replica ``k % replicas``, as a round-robin load balancer would) until ``--requests`` audits
 were sent or ``--seconds`` passed. Reports per level: audits/s, p50/p99 latency, error rate
-(non-200 answers and connection errors, by status), and over the whole run the resident
+(non-200 answers and connection errors, by status; a client honours a 503's Retry-After, at most
+1 s, before its next request), and over the whole run the resident
 memory (RSS) of every server process sampled each second, and the log's size at the end; it
 ends with ``log verify`` of the database.
 
@@ -162,9 +163,13 @@ def run_level(urls: list[str], conc: int, n_max: int, seconds: float) -> dict[st
                     "query": f"Where is Zor{k}x{i}?",
                 }
                 t0 = time.perf_counter()
+                retry_after = 0.0
                 try:
                     r = c.post("/v1/audit", json=body)
                     code = str(r.status_code)
+                    if r.status_code == 503:
+                        with contextlib.suppress(ValueError):
+                            retry_after = float(r.headers.get("retry-after", "1"))
                 except httpx.HTTPError as e:
                     code = type(e).__name__
                 dt = time.perf_counter() - t0
@@ -172,6 +177,8 @@ def run_level(urls: list[str], conc: int, n_max: int, seconds: float) -> dict[st
                     status[code] = status.get(code, 0) + 1
                     if code == "200":
                         lat.append(dt)
+                if retry_after:  # a polite client: honour Retry-After, at most 1 s
+                    time.sleep(min(retry_after, 1.0))
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(k,)) for k in range(conc)]
