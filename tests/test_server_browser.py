@@ -187,7 +187,7 @@ def _check_verdict_panel(page: Any, api: dict[str, Any]) -> None:
     )
     assert shown == [t["source"] for t in api["tokens"]]
     # hovering a word gives its numbers
-    assert re.match(r"^(context|memory|neutral) \| pmi ", toks.nth(0).get_attribute("title") or "")
+    assert re.match(r"^(context|memory|neutral|query) \| pmi ", toks.nth(0).get_attribute("title") or "")
     # CRM and RePCS are secondary: in the details section, closed until asked for
     assert page.evaluate("() => document.getElementById('details').open") is False
 

@@ -52,12 +52,12 @@ def test_word_pmi_sums_subword_pieces_and_labels_whole_words() -> None:
     src = {t.text: t.source for t in toks}
     assert src[" Paris"] == "memory"  # predicted top-1 without the context, the context barely helps
     assert src[" Zor"] == src["bl"] == src["at"] == "context"  # word PMI = log(0.5/0.3 * 1.8 * 1.8) > log 2
-    assert src[" capital"] == src[" river"] == "neutral"  # restating the query is neither
+    assert src[" capital"] == src[" river"] == "query"  # restating the query is neither memory nor context
     assert src[" The"] == src["."] == src[" and"] == "neutral"
     zor = next(t for t in toks if t.text == " Zor")
     assert zor.word_pmi == pytest.approx(math.log(0.5 / 0.3) + 2 * math.log(1.8))
     assert zor.pmi == pytest.approx(math.log(0.5 / 0.3))
-    spans = [(s.text, s.source) for s in merge_spans(toks) if s.source != "neutral"]
+    spans = [(s.text, s.source) for s in merge_spans(toks) if s.source in ("context", "memory")]
     assert spans == [("Paris", "memory"), ("Zorblat", "context")]
     assert context_token_fraction(toks) == pytest.approx(3 / 4)
 
@@ -69,7 +69,7 @@ def test_memory_needs_the_no_context_top1_and_offsets_spell_the_answer() -> None
     assert [t.source for t in toks] == [
         "memory",
         "neutral",
-        "neutral",
+        "query",
         "neutral",
         "neutral",
     ]  # "wrote": in the query

@@ -12,9 +12,9 @@ from typing import Any, TextIO
 
 __all__ = ["format_auc", "render_audit", "render_crm_eval", "render_trace_summary", "use_colour"]
 
-_COLOURS = {"context": "\033[30;42m", "memory": "\033[30;43m"}
+_COLOURS = {"context": "\033[30;42m", "memory": "\033[30;43m", "query": "\033[4;36m"}
 _RESET = "\033[0m"
-_MARKERS = {"context": ("[ctx: ", "]"), "memory": ("[mem: ", "]")}
+_MARKERS = {"context": ("[ctx: ", "]"), "memory": ("[mem: ", "]"), "query": ("[q: ", "]")}
 
 
 def use_colour(choice: str, stream: TextIO) -> bool:
@@ -48,9 +48,11 @@ def render_audit(d: dict[str, Any], *, colour: bool) -> str:
         pos = s["end"]
     parts.append(answer[pos:])
     legend = (
-        f"{_COLOURS['context']}context{_RESET} / {_COLOURS['memory']}memory{_RESET} / plain = neutral"
+        f"{_COLOURS['context']}context{_RESET} / {_COLOURS['memory']}memory{_RESET} / "
+        f"{_COLOURS['query']}query{_RESET} / plain = neutral"
         if colour
-        else "[ctx: ...] = from the context, [mem: ...] = from memory, unmarked = neutral"
+        else "[ctx: ...] = from the context, [mem: ...] = from memory, [q: ...] = copied from the query, "
+        "unmarked = neutral"
     )
     ev, g = d["evidence"], d["guarantee"]
     frac = ev.get("context_token_fraction")
@@ -67,11 +69,23 @@ def render_audit(d: dict[str, Any], *, colour: bool) -> str:
         f"context-supported words = {'none attributed' if frac is None else f'{100 * frac:.0f} %'}",
         f"Guarantee ({d['rule']} rule): {g.get('statement', '')}",
     ]
+    st = g.get("profile")
+    if isinstance(st, dict):
+        lines.append(
+            f"  Profile: {st.get('summary')}"
+            + ("" if st.get("ok") else f" - MARKED: {'; '.join(st.get('reasons') or [])}")
+        )
     crm = d.get("crm")
     if crm:
         lines.append(
             f"Secondary, CRM anomaly rule: {'flagged' if crm['anomaly_flag'] else 'not flagged'} "
             f"(score {crm['anomaly_score']:.2f})"
+        )
+    cut = d.get("answer_cut")
+    if cut:
+        lines.append(
+            f"Answer cut: at character {cut['at']} (token {cut['token']}), stop sequence {cut['stop']!r}; "
+            f"{cut['dropped_tokens']} generated token(s) after it are not audited"
         )
     for n in d.get("notes", []):
         lines.append(f"Note: {n}")

@@ -11,8 +11,11 @@ punctuation), and a word's PMI is the sum of its tokens' PMIs, i.e. ``log p(word
 log p(word | q)`` by the chain rule, so a rare name split into five sub-word pieces is judged
 as one unit. Each word is then
 
-* **neutral** when it carries no content: whitespace, punctuation, a function word, or a word
-  the query itself contains (restating the question is neither memory nor context);
+* **neutral** when it carries no content: whitespace, punctuation or a function word;
+* **query** when the query itself contains it (restating the question is neither memory nor
+  context): compared after normalisation (:func:`query_terms`: case, punctuation and hyphens,
+  a possessive ``'s``, simple English inflection), so "Hask-Delano", "sand-skippers" or
+  "discovered" in the answer match "Hask-Delano", "sand-skipper" or "discover" in the query;
 * **context** when the context raised its probability by more than the calibrated margin
   (``word_pmi > margin``);
 * **memory** when the query alone already predicts it: every token of the word is the top-1
@@ -39,9 +42,9 @@ Example:
     ...     margin=np.log(2),
     ... )
     >>> [(t.text, t.source) for t in toks]
-    [(' The', 'neutral'), (' river', 'neutral'), (' is', 'neutral'), (' Zorblat', 'context'), ('.', 'neutral')]
+    [(' The', 'neutral'), (' river', 'query'), (' is', 'neutral'), (' Zorblat', 'context'), ('.', 'neutral')]
     >>> [(s.text, s.source) for s in merge_spans(toks) if s.source != "neutral"]
-    [('Zorblat', 'context')]
+    [('river', 'query'), ('Zorblat', 'context')]
 """
 
 from __future__ import annotations
@@ -62,15 +65,20 @@ __all__ = [
     "Span",
     "TokenAttribution",
     "TokenSource",
+    "Word",
+    "answer_words",
     "attribute_tokens",
     "calibrate_margin",
+    "content_word",
     "content_word_pmis",
     "context_token_fraction",
     "merge_spans",
+    "query_terms",
     "salient",
+    "supported_by",
 ]
 
-TokenSource = Literal["context", "memory", "neutral"]
+TokenSource = Literal["context", "memory", "neutral", "query"]
 MIN_MARGIN = math.log(2.0)
 
 # Closed-class English words: they carry grammar, not facts.
@@ -214,6 +222,11 @@ _DISCOURSE_WORDS = frozenset(
     ]
 )
 _WORD_RE = re.compile(r"[\w'’-]+", re.UNICODE)
+# the terms of a word: runs of letters or digits (hyphens, apostrophes, punctuation separate them)
+_TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_POSSESSIVE_RE = re.compile(r"['’]s\b", re.IGNORECASE)
+#: a lowercase word split into this many tokens or more is rare for the model's tokenizer (a term)
+RARE_WORD_TOKENS = 3
 
 
 @dataclass(frozen=True)
@@ -256,8 +269,56 @@ def _norm(word: str) -> str:
     return word.strip().strip("'’-").lower()
 
 
-def _query_words(query: str) -> set[str]:
-    return {_norm(w) for w in _WORD_RE.findall(query)}
+def _stem(term: str) -> str:
+    """Simple English inflection off a casefolded term: plural -s/-es/-ies, -ed, -ing, a final -e
+    ("legs" -> "leg", "discovered" -> "discover", "located"/"locate" -> "locat"). Other scripts
+    and short terms are kept as they are."""
+    if len(term) <= 3 or not term.isascii() or not term.isalpha():
+        return term
+    t = term
+    if t.endswith("ies") and len(t) > 4:
+        t = t[:-3] + "y"
+    elif t.endswith("ing") and len(t) > 5:
+        t = t[:-3]
+    elif (t.endswith("ed") and len(t) > 4) or t.endswith(("sses", "xes", "ches", "shes", "zes")):
+        t = t[:-2]
+    elif t.endswith("s") and not t.endswith(("ss", "us", "is")):
+        t = t[:-1]
+    if t.endswith("e") and len(t) > 4:
+        t = t[:-1]
+    return t
+
+
+def _terms(text: str) -> list[str]:
+    """The normalised terms of a text: NFKC, casefolded, a possessive ``'s`` dropped, split at
+    everything that is not a letter or a digit, each term stemmed (:func:`_stem`)."""
+    text = _POSSESSIVE_RE.sub("", unicodedata.normalize("NFKC", text))
+    return [_stem(t.casefold()) for t in _TERM_RE.findall(text)]
+
+
+def query_terms(query: str) -> frozenset[str]:
+    """The normalised terms of a query (or of any text a word is looked up in: a context).
+
+    Example:
+        >>> t = query_terms("How many legs does the Quellan sand-skipper have?")
+        >>> sorted(x for x in t if x.startswith(("leg", "sand", "skip", "quel")))
+        ['leg', 'quellan', 'sand', 'skipper']
+    """
+    return frozenset(_terms(query))
+
+
+def supported_by(word: str, terms: frozenset[str] | set[str]) -> bool:
+    """Whether every term of ``word`` is among ``terms`` (:func:`query_terms` of a query or a
+    context): "Hask-Delano" is in "When was the comet Hask-Delano discovered?", so is "skippers"
+    in "... the sand-skipper ...". A word without letters or digits is never supported.
+
+    Example:
+        >>> q = query_terms("When was the comet Hask-Delano discovered?")
+        >>> supported_by("Hask", q), supported_by("Delano's", q), supported_by("Discovery", q)
+        (True, True, False)
+    """
+    ts = _terms(word)
+    return bool(ts) and all(t in terms for t in ts)
 
 
 def _words(pieces: Sequence[str]) -> list[list[int]]:
@@ -278,11 +339,17 @@ def _words(pieces: Sequence[str]) -> list[list[int]]:
     return groups
 
 
-def _content(word: str, qwords: set[str]) -> bool:
+def _wordlike(word: str) -> bool:
+    """A word that may carry content at the token level: letters or digits, not a function word."""
     w = _norm(word)
-    if not w or _is_punct(word.strip()) or w in _FUNCTION_WORDS or w in qwords:
+    if not w or _is_punct(word.strip()) or w in _FUNCTION_WORDS:
         return False
     return any(ch.isalnum() for ch in w)
+
+
+def _content(word: str, qterms: frozenset[str]) -> bool:
+    """Token-level: a word that can be attributed to the context or to memory (not a query word)."""
+    return _wordlike(word) and not supported_by(word, qterms)
 
 
 def attribute_tokens(
@@ -303,7 +370,7 @@ def attribute_tokens(
         logp_with, logp_without: ``[step]`` log p(y_t) on the with- and no-context paths.
         kl: ``[step]`` KL(p_with || p_without) at each step (reported, not used for the call).
         top1_without: ``[step]`` whether y_t is the no-context path's most likely token.
-        query: the query (words it contains are neutral in the answer).
+        query: the query (words it contains are marked ``query`` in the answer).
         margin: the calibrated PMI margin in nats (``>= log 2`` recommended).
     """
     n = len(pieces)
@@ -323,14 +390,18 @@ def attribute_tokens(
     if not math.isfinite(margin):
         raise InputError("margin must be finite", field="margin")
     pmi = arrays["logp_with"] - arrays["logp_without"]
-    qwords = _query_words(query)
+    qterms = query_terms(query)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
     out: list[TokenAttribution | None] = [None] * n
     for group in _words(pieces):
         word = "".join(pieces[i] for i in group)
         wpmi = float(pmi[group].sum())
         src: TokenSource = "neutral"
-        if _content(word, qwords):
+        if not _wordlike(word):
+            pass
+        elif supported_by(word, qterms):
+            src = "query"
+        else:
             if wpmi > margin:
                 src = "context"
             elif bool(top1[group].all()):
@@ -392,27 +463,96 @@ def merge_spans(tokens: Sequence[TokenAttribution]) -> list[Span]:
     return spans
 
 
-def salient(text: str) -> bool:
-    """Whether a span names something: a number, or a capitalised word that is not a function word.
+def content_word(
+    word: str, query: frozenset[str] | set[str] = frozenset(), n_tokens: int | None = None
+) -> bool:
+    """Whether a word names something (a name, a number or a term): the one content-word test of
+    the item-level source (:func:`mnemoscope.pipelines.verdict.decide_source`).
 
-    Facts a model knows or a context supplies are mostly names and numbers ("Paris", "1948",
-    "Jules Verne"); prior words such as "written" or "collection" are predictable from the
-    answer so far but carry no fact. Item-level verdicts count only salient spans.
+    A word of the query (``query``: :func:`query_terms`) is never content, nor a function or
+    discourse word. Otherwise a word is content when it
+
+    * holds a digit ("1948", "14", "F-16");
+    * is capitalised ("Paris", "Hollis") or has a capital inside ("mRNA", "iPhone");
+    * is written in a script without case (Chinese, Japanese, Arabic, Hindi, ...): no capital
+      to tell a name by, so every such word counts;
+    * is a rare word for the model: split by its tokenizer into :data:`RARE_WORD_TOKENS` or more
+      pieces (``n_tokens``; "photosynthesis", an invented "zorblat"), which works for any
+      tokenizer and language without a word list.
+
+    Prior words ("written", "painting", "collection") are predictable from the answer so far
+    but carry no fact: they stay marked at the token level and do not count here.
+
+    Example:
+        >>> content_word("Jules"), content_word("1948"), content_word("written"), content_word("However")
+        (True, True, False, False)
+        >>> content_word("zorblat", n_tokens=3), content_word("東京"), content_word("Paris", query_terms("Is Paris big?"))
+        (True, True, False)
+    """
+    w = _norm(word)
+    if not w or not any(ch.isalnum() for ch in w) or supported_by(word, query):
+        return False
+    if w in _FUNCTION_WORDS or w in _DISCOURSE_WORDS:
+        return False
+    core = word.strip().strip("'’-\"()[]{}.,;:!?")
+    if any(ch.isdigit() for ch in core):
+        return True
+    letters = [ch for ch in core if ch.isalpha()]
+    if not letters:
+        return False
+    if letters[0].isupper() or any(ch.isupper() for ch in letters[1:]):
+        return True
+    if all(ch.lower() == ch.upper() for ch in letters):  # no case in this script
+        return True
+    return n_tokens is not None and n_tokens >= RARE_WORD_TOKENS
+
+
+def salient(text: str) -> bool:
+    """Whether a span names something: any of its words is a :func:`content_word` (kept for callers
+    of the span-level test; the item-level source uses :func:`content_word` on words).
 
     Example:
         >>> salient("Jules Verne"), salient("1948"), salient("written"), salient("However")
         (True, True, False, False)
     """
-    for w in _WORD_RE.findall(text):
-        if any(ch.isdigit() for ch in w):
-            return True
-        if w[:1].isupper() and _norm(w) not in _FUNCTION_WORDS and _norm(w) not in _DISCOURSE_WORDS:
-            return True
-    return False
+    return any(content_word(w) for w in _WORD_RE.findall(text))
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of an answer: its text, its source, how many tokens it has, its offsets."""
+
+    text: str
+    source: TokenSource
+    n_tokens: int
+    start: int
+    end: int
+
+
+def answer_words(tokens: Sequence[TokenAttribution]) -> list[Word]:
+    """The answer's words (the grouping :func:`attribute_tokens` labels), blanks and punctuation left out."""
+    out = []
+    for group in _words([t.text for t in tokens]):
+        text = "".join(tokens[i].text for i in group)
+        if not text.strip() or _is_punct(text.strip()):
+            continue
+        lead = len(text) - len(text.lstrip())
+        first = tokens[group[0]]
+        out.append(
+            Word(
+                text=text.strip(),
+                source=first.source,
+                n_tokens=len(group),
+                start=first.start + lead,
+                end=first.start + lead + len(text.strip()),
+            )
+        )
+    return out
 
 
 def context_token_fraction(tokens: Sequence[TokenAttribution]) -> float | None:
-    """Share of non-neutral tokens that the context supports; ``None`` when every token is neutral."""
+    """Share of context- or memory-attributed tokens that the context supports (``neutral`` and
+    ``query`` tokens are neither); ``None`` when no token is attributed either way."""
     ctx = sum(t.source == "context" for t in tokens)
     mem = sum(t.source == "memory" for t in tokens)
     return None if ctx + mem == 0 else ctx / (ctx + mem)
@@ -420,11 +560,11 @@ def context_token_fraction(tokens: Sequence[TokenAttribution]) -> float | None:
 
 def content_word_pmis(pieces: Sequence[str], pmi: np.ndarray, query: str) -> np.ndarray:
     """PMI of every content word of one answer (for :func:`calibrate_margin`)."""
-    qwords = _query_words(query)
+    qterms = query_terms(query)
     vals = []
     for group in _words(pieces):
         word = "".join(pieces[i] for i in group)
-        if _content(word, qwords):
+        if _content(word, qterms):
             vals.append(float(np.asarray(pmi)[group].sum()))
     return np.asarray(vals, dtype=np.float64)
 

@@ -10,7 +10,9 @@ Pure functions and small rule objects, no model call:
   ``combined`` (default: the verdict model's conformal flag on p_memory), ``repcs`` (the RePCS
   paper: memory iff Z < tau), ``crm-anomaly`` (CRM appendix V.1's LTS rule; measured weak,
   kept for reproduction, see docs/audit.md);
-* :func:`decide_source`: ``context``, ``memory``, ``mixed`` or ``undetermined``, with a sentence;
+* :func:`decide_source`: ``context``, ``memory``, ``mixed`` or ``undetermined``, with a sentence
+  (``mixed`` needs a content word from memory the context does not support next to a
+  context-supported one: :func:`source_evidence`);
 * :func:`decide`: all of the above for one :class:`~mnemoscope.pipelines.signals.Measured`.
 """
 
@@ -26,7 +28,15 @@ import numpy as np
 from mnemoscope.detectors.crm_artifact import FittedCRM
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.errors import InputError
-from mnemoscope.features.attribution import Span, salient
+from mnemoscope.features.attribution import (
+    Span,
+    TokenAttribution,
+    Word,
+    answer_words,
+    content_word,
+    query_terms,
+    supported_by,
+)
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -44,6 +54,7 @@ __all__ = [
     "get_rule",
     "guarded",
     "repcs_verdict",
+    "source_evidence",
 ]
 
 Source = Literal["context", "memory", "mixed", "undetermined"]
@@ -247,23 +258,64 @@ def get_rule(name: str) -> MemoryRule:
 # -- the decision ----------------------------------------------------------------------------------
 
 
+def _span_words(spans: Sequence[Span]) -> list[Word]:
+    """Words of merged spans (when no tokens are given: the tokenizer's word lengths are unknown)."""
+    out = []
+    for s in spans:
+        pos = s.start
+        for w in s.text.split():
+            out.append(Word(text=w, source=s.source, n_tokens=0, start=pos, end=pos + len(w)))
+            pos += len(w) + 1
+    return out
+
+
+def source_evidence(
+    words: Sequence[Word], *, query: str = "", context: str = ""
+) -> tuple[list[Word], list[Word]]:
+    """The item-level evidence of an answer: (context-supported content words, memory content words
+    the context does not support).
+
+    A word counts only when it is a :func:`~mnemoscope.features.attribution.content_word` (a name,
+    number or term, never a query word nor a function word); a memory-attributed word also counts
+    only when the context does not contain it (the model would have written it anyway, but the
+    context says it too: nothing was added from memory).
+    """
+    q = query_terms(query)
+    c = query_terms(context)
+    ctx = [w for w in words if w.source == "context" and content_word(w.text, q, w.n_tokens or None)]
+    mem = [
+        w
+        for w in words
+        if w.source == "memory"
+        and content_word(w.text, q, w.n_tokens or None)
+        and not supported_by(w.text, c)
+    ]
+    return ctx, mem
+
+
 def decide_source(
     *,
     identical_prompts: bool,
     answer: str,
     memory_flag: bool,
     p_memory: float | None,
-    spans: Sequence[Span],
+    spans: Sequence[Span] = (),
+    tokens: Sequence[TokenAttribution] | None = None,
+    query: str = "",
+    context: str = "",
 ) -> tuple[Source, str]:
     """Where the answer came from, and why in words.
 
     * empty context (:func:`guarded`) or empty answer: ``undetermined`` (no evidence; never ``memory``);
-    * flagged as memory: ``memory``, or ``mixed`` when some names or numbers are still
-      context-supported;
-    * not flagged: ``mixed`` when both context- and memory-attributed names or numbers are present
-      (:func:`~mnemoscope.features.attribution.salient`),
-      ``context`` when the answer leans on the context, ``undetermined`` when p_memory leans
-      towards memory but stays under the flag threshold.
+    * ``mixed`` when the answer has a content word from memory that the context does not support
+      and the query does not contain, next to a context-supported content word
+      (:func:`source_evidence`; words copied from the query are never evidence);
+    * otherwise flagged as memory: ``memory``; not flagged: ``context`` when the answer leans on
+      the context, ``undetermined`` when p_memory leans towards memory but stays under the flag
+      threshold.
+
+    ``tokens`` (the attribution; default: words of ``spans``) give each word's token count, which
+    the content-word test reads as rarity.
     """
     if not guarded(True, identical_prompts):
         return "undetermined", (
@@ -272,17 +324,17 @@ def decide_source(
         )
     if not answer.strip():
         return "undetermined", "The model gave an empty answer: there is nothing to attribute."
-    # item level: only spans that name something count (prior words stay marked at the token level)
-    has_ctx = any(s.source == "context" and salient(s.text) for s in spans)
-    has_mem = any(s.source == "memory" and salient(s.text) for s in spans)
+    words = answer_words(tokens) if tokens is not None else _span_words(spans)
+    ctx, mem = source_evidence(words, query=query, context=context)
+    if ctx and mem:
+        named = ", ".join(dict.fromkeys(w.text for w in mem[:3]))
+        lead = "Mostly from memory (the flag fired)" if memory_flag else "Mixed"
+        return "mixed", (
+            f"{lead}: some words come from the context, others ({named}) the model added from memory "
+            "without the context supporting them."
+        )
     if memory_flag:
-        if has_ctx:
-            return "mixed", (
-                "Mostly from memory (the flag fired), but some words are supported only by the context."
-            )
         return "memory", "Answered from memory: the model gives this answer without the context."
-    if has_ctx and has_mem:
-        return "mixed", "Mixed: some words come from the context, others the model knew without it."
     if p_memory is not None and p_memory > 0.5:
         return "undetermined", (
             "Leans towards memory, but not beyond the calibrated threshold: no flag is raised."
@@ -323,7 +375,9 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
         answer=m.answer,
         memory_flag=memory_flag,
         p_memory=p_memory,
-        spans=m.spans,
+        tokens=m.tokens,
+        query=m.trace.query,
+        context=m.trace.context,
     )
     guarantee = rule.guarantee(profile)
     if m.identical_prompts:

@@ -48,7 +48,9 @@ __all__ = [
 
 #: verdict sources in display order (an unknown source from a newer version is appended)
 SOURCES: tuple[str, ...] = ("context", "memory", "mixed", "undetermined")
-TOKEN_SOURCES: tuple[str, ...] = ("context", "memory", "neutral")
+#: token sources in the page's index order (``query``: a word copied from the query, neither memory
+#: nor context; an unknown source shows as neutral)
+TOKEN_SOURCES: tuple[str, ...] = ("context", "memory", "neutral", "query")
 N_BINS = 20
 _EVIDENCE_ORDER = ("repcs_z", "tau", "closed_book_logprob", "context_token_fraction", "threshold")
 

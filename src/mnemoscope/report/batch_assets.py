@@ -51,6 +51,7 @@ table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
 .tok-context{background:#dcfce7;border-bottom:2px solid var(--ctx)}
 .tok-memory{background:#ffedd5;border-bottom:2px solid var(--mem)}
 .tok-neutral{}
+.tok-query{border-bottom:2px dotted var(--und)}
 .answer span[title]{cursor:help}
 .qtext{unicode-bidi:plaintext;overflow-wrap:anywhere;white-space:pre-wrap}
 dl.ev{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;margin:6px 0}
@@ -63,7 +64,7 @@ JS = r"""
 (function () {
   "use strict";
   var t0 = performance.now();
-  var TOK = ["context", "memory", "neutral"];
+  var TOK = ["context", "memory", "neutral", "query"];
   var PAGE = 50;
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -192,7 +193,7 @@ JS = r"""
       }
       f.appendChild(ans);
       var leg = el("p", "legend");
-      [["tok-context", "from the context"], ["tok-memory", "from memory"], ["tok-neutral", "neutral"]].forEach(function (x) {
+      [["tok-context", "from the context"], ["tok-memory", "from memory"], ["tok-query", "copied from the query"], ["tok-neutral", "neutral"]].forEach(function (x) {
         var s = el("span", x[0], x[1]);
         leg.appendChild(s);
       });

@@ -148,7 +148,7 @@
     if (!toks.length) { el.textContent = a.answer; return; }
     for (const t of toks) {
       const span = document.createElement("span");
-      span.className = "tok" + (t.source === "context" || t.source === "memory" ? " " + t.source : "");
+      span.className = "tok" + (["context", "memory", "query"].includes(t.source) ? " " + t.source : "");
       span.dataset.source = t.source;
       span.textContent = t.text;
       const p = (lp) => (lp === null || lp === undefined ? "-" : fmt(Math.exp(lp), 3));
