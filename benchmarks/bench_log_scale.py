@@ -11,6 +11,14 @@ Measured, on SQLite or PostgreSQL:
 * history page time (newest, oldest, filtered by source and by memory flag, by time);
 * ``counts()`` time.
 
+A *bare insert* baseline runs beside the log: the same records go, in the same batches and one
+durable transaction per batch, into a plain table with the audits table's columns and indexes
+(no chain, no tree, no state row; SQLite: a separate file with the same settings, PostgreSQL: a
+table in the same schema), filled to the same size. In the measured windows a log append and a
+bare insert alternate batch by batch, so both see the same machine load: the ratio log / bare
+is the log's own overhead, and the bare insert's growth from 1k to N is the database's own
+(B-tree depth, random-id index pages, WAL), a floor the log cannot go under.
+
 Between the measurement windows the log is filled with ``--fill-batch`` audits per
 ``append()`` (the same code path, larger transactions) so a 1M-audit log builds in minutes;
 the windows themselves use ``--batch``.
@@ -86,6 +94,74 @@ def record(i: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
+class BareTable:
+    """The baseline: the audits table's columns and indexes, plain INSERTs, no log."""
+
+    def __init__(self, db: str, pg: bool):
+        from mnemoscope.server.log_schema import INDEXES, ddl
+
+        self.pg = pg
+        create = next(d for d in ddl(pg) if "TABLE IF NOT EXISTS audits" in d)
+        stmts = [create.replace(" audits ", " bare_audits ")] + [
+            i.replace(" audits ", " bare_audits ").replace(
+                "INDEX IF NOT EXISTS audits_", "INDEX IF NOT EXISTS bare_"
+            )
+            for i in INDEXES
+        ]
+        if pg:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(db, autocommit=True)
+            self.conn.execute("DROP TABLE IF EXISTS bare_audits")
+        else:
+            import sqlite3
+
+            path = db + ".bare"
+            for suffix in ("", "-wal", "-shm"):
+                Path(path + suffix).unlink(missing_ok=True)
+            self.conn = sqlite3.connect(path, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA cache_size=-65536")  # as the store
+        for st in stmts:
+            self.conn.execute(st)
+        q = "%s" if pg else "?"
+        self.sql = (
+            "INSERT INTO bare_audits (seq, id, created_at, source, memory_flag, latency_ms, content, "
+            f"leaf_hash, prev_hash, entry_hash) VALUES ({', '.join([q] * 10)})"
+        )
+
+    def rows(self, recs: list[dict[str, Any]], first_seq: int) -> list[tuple[Any, ...]]:
+        out = []
+        for k, r in enumerate(recs):
+            data = json.dumps(r, sort_keys=True, separators=(",", ":")).encode()
+            h = hashlib.sha256(data).digest()
+            out.append(
+                (first_seq + k, "b" + r["id"], r["created_at"], r["source"], int(r["memory_flag"]),
+                 r["latency_ms"], data.decode(), h, h, h)
+            )  # fmt: skip
+        return out
+
+    def insert(self, rows: list[tuple[Any, ...]]) -> None:
+        if self.pg:
+            with self.conn.transaction():
+                self.conn.cursor().executemany(self.sql, rows)
+        else:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.executemany(self.sql, rows)
+            self.conn.execute("COMMIT")
+
+    def size_bytes(self, db: str) -> int | None:
+        if self.pg:
+            return int(self.conn.execute("SELECT pg_total_relation_size('bare_audits')").fetchone()[0])
+        return sum(
+            Path(db + ".bare" + s).stat().st_size for s in ("", "-wal") if Path(db + ".bare" + s).exists()
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
@@ -112,6 +188,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=1000, help="audits per measured window")
     ap.add_argument("--fill-batch", type=int, default=500, help="audits per append() between windows")
     ap.add_argument("--ids", choices=["random", "sequential"], default="random")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare-insert baseline")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     global IDS
@@ -142,6 +219,8 @@ def main() -> None:
         "load": {"start": load()},
     }
     st = open_store(args.db, checkpoint_every=64, signing_key=signer, origin="bench.example/log")
+    bare = None if args.no_bare else BareTable(args.db, pg)
+    out["bare_append"] = {}
     marks = sorted({m for m in (1_000, 10_000, 100_000, 1_000_000, args.n) if m <= args.n})
     i = 0
     t_build = time.perf_counter()
@@ -149,16 +228,25 @@ def main() -> None:
         fill_to = m - args.window
         while i < fill_to:
             k = min(args.fill_batch, fill_to - i)
-            st.append([record(i + j, rng) for j in range(k)])
+            recs = [record(i + j, rng) for j in range(k)]
+            st.append(recs)
+            if bare is not None:
+                bare.insert(bare.rows(recs, i + 1))
             i += k
-        lat, cpu = [], []
+        lat, cpu, blat, bcpu = [], [], [], []
         while i < m:
             k = min(args.batch, m - i)
             recs = [record(i + j, rng) for j in range(k)]
+            brows = None if bare is None else bare.rows(recs, i + 1)
             t0, c0 = time.perf_counter(), time.process_time()
             st.append(recs)
             lat.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+            if bare is not None and brows is not None:  # the same batch, right after: same load
+                t0, c0 = time.perf_counter(), time.process_time()
+                bare.insert(brows)
+                blat.append(time.perf_counter() - t0)
+                bcpu.append(time.process_time() - c0)
             i += k
         out["append"][str(m)] = {
             "cpu_this_process": summary_ms(cpu),
@@ -166,8 +254,20 @@ def main() -> None:
             "per_audit_mean_ms": round(statistics.fmean(lat) * 1e3 / args.batch, 4),
             "load": load(),
         }
-        print(f"{m}: append {out['append'][str(m)]}  ({time.perf_counter() - t_build:.0f} s)", flush=True)
+        if blat:
+            out["bare_append"][str(m)] = {"cpu_this_process": summary_ms(bcpu), **summary_ms(blat)}
+            out["append"][str(m)]["log_vs_bare_p50"] = round(
+                out["append"][str(m)]["p50_ms"] / out["bare_append"][str(m)]["p50_ms"], 3
+            )
+        print(
+            f"{m}: append {out['append'][str(m)]} bare {out['bare_append'].get(str(m))} "
+            f"({time.perf_counter() - t_build:.0f} s)",
+            flush=True,
+        )
     out["build_s"] = round(time.perf_counter() - t_build, 1)
+    if bare is not None:
+        out["bare_bytes"] = bare.size_bytes(args.db)
+        bare.close()
     st.close()
     if not pg:
         out["db_bytes"] = sum(
@@ -249,6 +349,14 @@ def main() -> None:
     out["targets"] = {
         "append_p50_ratio_N_vs_1k": round(aN["p50_ms"] / a1k["p50_ms"], 3),
         "append_p99_ratio_N_vs_1k": round(aN["p99_ms"] / a1k["p99_ms"], 3),
+        "append_cpu_p50_ratio_N_vs_1k": round(
+            aN["cpu_this_process"]["p50_ms"] / a1k["cpu_this_process"]["p50_ms"], 3
+        ),
+        "bare_insert_p50_ratio_N_vs_1k": None
+        if not out["bare_append"]
+        else round(out["bare_append"][str(marks[-1])]["p50_ms"] / out["bare_append"]["1000"]["p50_ms"], 3),
+        "log_vs_bare_p50_at_1k": a1k.get("log_vs_bare_p50"),
+        "log_vs_bare_p50_at_N": aN.get("log_vs_bare_p50"),
         "verify_s": out["verify"]["s"],
         "proof_p50_ms_max": max(p["p50_ms"] for p in proofs.values()),
         "proof_path_bytes_max": max(p["path_json_bytes"] for p in proofs.values()),
