@@ -220,17 +220,21 @@ class AuditStore(LogChecks):
         if self._legacy_cols:
             cols += ", anomaly_flag, memorized"
         marks = ", ".join("?" * len(rows[0]))
-        self._many(f"INSERT INTO audits ({cols}) VALUES ({marks})", rows)
-        self._many("INSERT INTO nodes (nid, hash) VALUES (?, ?)", nodes)
-        self._many(
-            "INSERT INTO checkpoints (tree_size, root, head, created_at, note, compact) VALUES (?, ?, ?, ?, ?, ?)",
-            cps,
-        )
-        self._exec(
-            "UPDATE log_state SET tree_size = ?, head = ?, compact = ?, n_context = ?, n_memory = ?, "
-            "n_mixed = ?, n_undetermined = ?, n_memory_flag = ?, n_anomaly = ? WHERE id = 1",
-            (cr.size, prev, cr.to_bytes(), *counters),
-        )
+        # PostgreSQL: the four writes go out in one pipeline (one round trip, not four); an
+        # error in any of them is raised when the pipeline syncs and the transaction rolls back
+        with self._conn.pipeline() if self._pg else contextlib.nullcontext():
+            self._many(f"INSERT INTO audits ({cols}) VALUES ({marks})", rows)
+            self._many("INSERT INTO nodes (nid, hash) VALUES (?, ?)", nodes)
+            self._many(
+                "INSERT INTO checkpoints (tree_size, root, head, created_at, note, compact) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                cps,
+            )
+            self._exec(
+                "UPDATE log_state SET tree_size = ?, head = ?, compact = ?, n_context = ?, n_memory = ?, "
+                "n_mixed = ?, n_undetermined = ?, n_memory_flag = ?, n_anomaly = ? WHERE id = 1",
+                (cr.size, prev, cr.to_bytes(), *counters),
+            )
         return seqs
 
     def checkpoint(self) -> Checkpoint | None:
