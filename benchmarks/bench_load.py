@@ -339,6 +339,7 @@ def main() -> None:
     rss: list[dict[str, Any]] = []
     stop = threading.Event()
     run_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    prov = provenance()  # at the start: the commit the replicas run
     busy_start = busiest()
     try:
         for i in range(args.replicas):
@@ -376,7 +377,7 @@ def main() -> None:
         "threads_per_server": 1,
         "bounds": {"requests_per_level": args.requests, "seconds_per_level": args.seconds},
         "note": "loopback, closed-loop clients, shared 2-core machine (load per level)",
-        "provenance": provenance(),
+        "provenance": prov,
         "started_utc": run_started,
         "ended_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "busiest_processes": {"start": busy_start, "end": busy_end},
