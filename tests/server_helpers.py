@@ -157,3 +157,105 @@ def serving(service: tuple[Path, Path], root: Path) -> Iterator[Server]:
     model_dir, profile = service
     with running(model_dir, profile, str(root / "audits.db"), root / "server.log") as s:
         yield s
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of its own (``initdb`` + ``pg_ctl`` in a temporary folder, its own
+    port), for tests that restart the database: the shared test server is used by other tests
+    and must not be restarted under them."""
+
+    def __init__(self) -> None:
+        import pwd
+        import tempfile
+
+        # its own folder directly under the temp dir: pytest's tmp_path is private to the user
+        # running the tests, and the server may have to run as another one
+        self.root = Path(tempfile.mkdtemp(prefix="mnemoscope-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.bindir = _pg_bindir()
+        self._as: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the postgres user
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError as e:
+                raise RuntimeError("running as root and there is no 'postgres' user to run PostgreSQL") from e
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self.url = f"postgresql://mnemoscope@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, timeout: float = 120) -> None:
+        subprocess.run([*self._as, *args], check=True, capture_output=True, timeout=timeout)
+
+    def init(self) -> PrivatePostgres:
+        self._run(
+            f"{self.bindir}/initdb", "-D", str(self.data), "-A", "trust", "-U", "mnemoscope", "--no-sync"
+        )
+        return self.start()
+
+    def start(self) -> PrivatePostgres:
+        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
+        self._run(
+            f"{self.bindir}/pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "pg.log"),
+            "-o",
+            opts,
+            "-w",
+            "start",
+        )
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def log(self) -> str:
+        p = self.root / "pg.log"
+        return p.read_text(errors="replace")[-3000:] if p.is_file() else ""
+
+    def remove(self) -> None:
+        import shutil
+
+        with contextlib.suppress(Exception):
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pg_bindir() -> str:
+    import glob
+    import shutil
+
+    found = shutil.which("pg_ctl")
+    if found:
+        return str(Path(found).resolve().parent)
+    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not dirs:
+        raise FileNotFoundError("no PostgreSQL server binaries (pg_ctl, initdb)")
+    return dirs[-1]
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL server for the test (skips without the server binaries, fails instead
+    under ``MNEMOSCOPE_REQUIRE_SERVICES=1``); stopped and removed at the end."""
+    import pytest
+
+    pytest.importorskip("psycopg")
+    pg: PrivatePostgres | None = None
+    try:
+        pg = PrivatePostgres()
+        pg.init()
+    except (FileNotFoundError, RuntimeError, subprocess.CalledProcessError) as e:
+        detail = getattr(e, "stderr", b"") or b""
+        msg = f"cannot start a private PostgreSQL: {e} {detail.decode(errors='replace')[-500:]}"
+        if pg is not None:
+            pg.remove()
+        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    try:
+        yield pg
+    finally:
+        pg.remove()
