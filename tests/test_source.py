@@ -185,10 +185,10 @@ def test_render_marks_query_words_distinctly() -> None:
         "evidence": {},
         "guarantee": {},
         "rule": "combined",
-        "answer_cut": {"at": 40, "token": 12, "stop": "\n\n", "dropped_tokens": 7},
+        "answer_cut": {"at": 40, "token": 12, "stop": "\n\n"},
     }
     out = render_audit(d, colour=False)
     assert "The comet [q: Hask-Delano] was found in [ctx: 1973]." in out
     assert "[q: ...] = copied from the query" in out
-    assert "Answer cut: at character 40 (token 12), stop sequence '\\n\\n'" in out
+    assert "ends at stop sequence '\\n\\n' (character 40, after 12 tokens)" in out
     assert "\033[4;36mHask-Delano" in render_audit(d, colour=True)

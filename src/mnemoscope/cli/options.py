@@ -1,5 +1,5 @@
-"""Argument helpers the ``mnemoscope`` commands share: model, threads, chat, engine flags, the
-model loader behind them, and logging set-up.
+"""Argument helpers the ``mnemoscope`` commands share: model, threads, chat, stop sequences,
+engine flags, the model loader behind them, and logging set-up.
 
 Every ``cli/*_cmd.py`` imports from here (never from :mod:`mnemoscope.cli.main`, which imports the
 commands to build the parser: importing it back would close a circle).
@@ -17,6 +17,7 @@ __all__ = [
     "add_chat_arg",
     "add_engine_args",
     "add_model_args",
+    "add_stop_arg",
     "add_threads_arg",
     "apply_threads",
     "chat_for",
@@ -24,6 +25,7 @@ __all__ = [
     "load_from_args",
     "ray_options_from_args",
     "resolve_threads",
+    "stops_from_args",
 ]
 
 log = logging.getLogger("mnemoscope")
@@ -132,6 +134,46 @@ def chat_for(args: argparse.Namespace, lm: Any) -> bool:
     if args.chat == "auto":
         return bool(lm.info.has_chat_template)
     return bool(args.chat == "on")
+
+
+_NO_STOP = "none"
+
+
+def _stop_value(value: str) -> str:
+    from mnemoscope.errors import InputError
+    from mnemoscope.trace.templates import parse_stop
+
+    if value.strip().lower() == _NO_STOP:
+        return _NO_STOP
+    try:
+        return parse_stop(value)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(e.reason) from None
+
+
+def add_stop_arg(group: Any) -> None:
+    """``--stop TEXT`` (repeatable): where an answer ends (docs/audit.md#stop-sequences)."""
+    group.add_argument(
+        "--stop",
+        action="append",
+        type=_stop_value,
+        metavar="TEXT",
+        help="a stop sequence: the audited answer ends before it, at a token boundary, as an app "
+        "would cut it (repeatable; \\n and \\t are unescaped; 'none' = no stop sequence). Default: "
+        "the profile's; a calibration without a chat template uses a blank line and a new line "
+        "starting 'Question:', 'Context:', 'Q:' or 'A:'",
+    )
+
+
+def stops_from_args(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The stop sequences asked on the command line: ``None`` when ``--stop`` was not given (the
+    profile's, or the layout's default), ``()`` for ``--stop none``."""
+    given = getattr(args, "stop", None)
+    if not given:
+        return None
+    if _NO_STOP in given:
+        return ()
+    return tuple(dict.fromkeys(given))
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:

@@ -84,8 +84,8 @@ def render_audit(d: dict[str, Any], *, colour: bool) -> str:
     cut = d.get("answer_cut")
     if cut:
         lines.append(
-            f"Answer cut: at character {cut['at']} (token {cut['token']}), stop sequence {cut['stop']!r}; "
-            f"{cut['dropped_tokens']} generated token(s) after it are not audited"
+            f"Answer cut: the model went on writing; the audited answer ends at stop sequence "
+            f"{cut['stop']!r} (character {cut['at']}, after {cut['token']} tokens), as an app would cut it"
         )
     for n in d.get("notes", []):
         lines.append(f"Note: {n}")

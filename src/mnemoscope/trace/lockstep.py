@@ -16,7 +16,13 @@ same model, the same prefix; up to float rounding of cached vs full attention, ~
 log-probability on CPU float32, tested < 1e-4), and the result is the same
 :class:`~mnemoscope.trace.types.PairTrace`, so every consumer works unchanged.
 
-A given answer (``forced_answers``) is teacher-forced on both paths instead of generated:
+With stop sequences (``config.builder.stop``), a generated row stops decoding once its text
+holds one, and its answer is cut at a token boundary before it
+(:func:`~mnemoscope.trace.pair.cut_at_stop`); the per-step distributions of the dropped tokens
+are dropped with them, so RePCS and the token signals see only the answer an app returns.
+
+A given answer (``forced_answers``) is teacher-forced on both paths instead of generated (and
+never cut: it is the answer the app already returned):
 how an integration audits what a RAG chain's own LLM said. When every pair of a batch has
 one, nothing is decoded: each path is one teacher-forced forward over prompt + answer (two
 forwards instead of one step per answer token).
@@ -31,7 +37,7 @@ import torch
 
 from mnemoscope.errors import InputError
 from mnemoscope.trace.hooks import StateCapture, registered_hooks
-from mnemoscope.trace.pair import PairConfig, PreparedPair, build_pair_traces, teacher_forced
+from mnemoscope.trace.pair import PairConfig, PreparedPair, build_pair_traces, cut_at_stop, teacher_forced
 from mnemoscope.trace.tracer import Tracer, batch_ranges
 from mnemoscope.trace.types import PairTrace
 
@@ -147,6 +153,7 @@ def _lockstep_batch(
 
     answers: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
+    stops = config.builder.stop
     logits_w: list[list[torch.Tensor]] = [[] for _ in range(B)]
     logits_o: list[list[torch.Tensor]] = [[] for _ in range(B)]
     next_pos = pos[:, -1:] + 1
@@ -164,7 +171,8 @@ def _lockstep_batch(
             if schedule == "lockstep":
                 logits_o[b].append(last_logits[B + b])
             step[b] = y
-            if len(answers[b]) >= limits[b] or (f is None and y in eos):
+            ended = f is None and (y in eos or bool(stops and _has_stop(tracer.tokenizer, answers[b], stops)))
+            if len(answers[b]) >= limits[b] or ended:
                 done[b] = True
         if all(done):
             break
@@ -179,6 +187,15 @@ def _lockstep_batch(
         out = model(**kw)
         next_pos = next_pos + 1
 
+    cuts: list[dict[str, Any] | None] = [None] * B
+    if stops:
+        for b in range(B):
+            if forced[b] is None:
+                keep, cuts[b] = cut_at_stop(tracer.tokenizer, answers[b], stops)
+                answers[b] = answers[b][:keep]
+                logits_w[b] = logits_w[b][:keep]
+                if schedule == "lockstep":
+                    logits_o[b] = logits_o[b][:keep]
     h_w, pre_w = (h[:B] if h is not None else None), (pre[:B] if pre is not None else None)
     if schedule == "lockstep":
         h_o, pre_o = (h[B:] if h is not None else None), (pre[B:] if pre is not None else None)
@@ -186,4 +203,11 @@ def _lockstep_batch(
     else:  # the no-context path: one teacher-forced forward over prompt_without + y[:-1]
         lo, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
     lw = [torch.stack(x) for x in logits_w]
-    return build_pair_traces(tracer, batch, answers, lw, lo, (h_w, pre_w, h_o, pre_o), config)
+    return build_pair_traces(tracer, batch, answers, lw, lo, (h_w, pre_w, h_o, pre_o), config, cuts=cuts)
+
+
+def _has_stop(tokenizer: Any, ids: Sequence[int], stops: Sequence[str]) -> bool:
+    """Whether the decoded answer holds a stop sequence after its first non-blank character."""
+    text = tokenizer.decode(list(ids), skip_special_tokens=True)
+    body = text.lstrip()
+    return any(s in body for s in stops)

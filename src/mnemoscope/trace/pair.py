@@ -3,7 +3,9 @@
 For each item::
 
     1. render prompt_with = T(context, query) and prompt_without = T("", query)
-    2. greedily generate up to ``max_new_tokens`` tokens y on the with-context path
+    2. greedily generate up to ``max_new_tokens`` tokens y on the with-context path; with stop
+       sequences (``builder.stop``) y is cut at a token boundary before the first one
+       (:func:`cut_at_stop`), so every statistic below is computed on the answer an app returns
     3. teacher-force y on both paths: one forward over prompt_with + y[:-1] and one over
        prompt_without + y[:-1]; the logits at the last |y| positions of each give
        p_with(. | c, q, y_<t) and p_without(. | q, y_<t) for t = 1..|y|
@@ -39,6 +41,7 @@ __all__ = [
     "PairLike",
     "PreparedPair",
     "build_pair_traces",
+    "cut_at_stop",
     "prepare_pair",
     "step_stats",
     "teacher_forced",
@@ -103,6 +106,8 @@ class PairConfig:
             "answer_without": self.answer_without,
             "top_k": self.top_k,
             "hidden": self.hidden,
+            # only when set: the settings of every trace made without stop sequences stay as they were
+            **({"stop": list(self.builder.stop)} if self.builder.stop else {}),
         }
 
 
@@ -153,11 +158,62 @@ def trace_prepared(tracer: Tracer, prepared: Sequence[PreparedPair], config: Pai
     return out
 
 
+def cut_at_stop(
+    tokenizer: Any, ids: Sequence[int], stops: Sequence[str]
+) -> tuple[int, dict[str, Any] | None]:
+    """Where an app ends a generated answer under stop sequences: ``(tokens kept, cut)``.
+
+    The decoded answer (special tokens skipped) is searched for each stop from its first
+    non-blank character on (a leading blank line does not end an answer before it starts); the
+    earliest occurrence wins. The answer is cut at a **token boundary**: the tokens kept are
+    those whose text ends at or before the stop, so the audited tokens are exactly the answer's
+    first ``kept`` tokens and every per-token statistic is computed on them. At least one token is
+    kept. ``cut`` is ``None`` when no stop occurs, else ``{"at": character offset of the stop in
+    the generated text, "stop": the stop, "token": kept}`` (``token``: the index of the first token
+    not audited, = the number of answer tokens audited).
+    """
+    ids = [int(i) for i in ids]
+    if not stops or not ids:
+        return len(ids), None
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    begin = len(full) - len(full.lstrip())
+    hits = [(full.find(s, begin), s) for s in stops if s]
+    hits = [(at, s) for at, s in hits if at >= 0]
+    if not hits:
+        return len(ids), None
+    at, stop = min(hits, key=lambda h: (h[0], -len(h[1])))
+    keep = 0
+    for k in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:k], skip_special_tokens=True)
+        if len(text.rstrip("\ufffd")) > at:
+            break
+        if full.startswith(text):
+            keep = k
+    keep = max(keep, 1)
+    return keep, {"at": int(at), "stop": stop, "token": keep}
+
+
+def _cut_answers(
+    tracer: Tracer, answers: Sequence[list[int]], config: PairConfig
+) -> tuple[list[list[int]], list[dict[str, Any] | None]]:
+    """Each answer cut at the builder's stop sequences (unchanged without any)."""
+    stops = config.builder.stop
+    out, cuts = [], []
+    for a in answers:
+        keep, cut = cut_at_stop(tracer.tokenizer, a, stops) if stops else (len(a), None)
+        out.append(list(a[:keep]))
+        cuts.append(cut)
+    return out, cuts
+
+
 def _trace_batch(tracer: Tracer, batch: list[PreparedPair], config: PairConfig) -> list[PairTrace]:
     answers = tracer.generate([p.ids_with for p in batch], config.max_new_tokens)
+    answers, cuts = _cut_answers(tracer, answers, config)
     logits_w, h_w, pre_w = teacher_forced(tracer, [p.ids_with for p in batch], answers, config)
     logits_o, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
-    return build_pair_traces(tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config)
+    return build_pair_traces(
+        tracer, batch, answers, logits_w, logits_o, (h_w, pre_w, h_o, pre_o), config, cuts=cuts
+    )
 
 
 def teacher_forced(
@@ -184,13 +240,18 @@ def build_pair_traces(
     logits_o: Sequence[torch.Tensor],
     states: tuple[Any, Any, Any, Any],
     config: PairConfig,
+    *,
+    cuts: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[PairTrace]:
     """The :class:`PairTrace` of each pair from its answer and both paths' per-step logits
     ``[n vocab]``; ``states`` = (h_with, prenorm_with, h_without, prenorm_without), batched or
-    ``None``. Generates the no-context greedy answer when ``config.answer_without``."""
+    ``None``; ``cuts``: each answer's stop-sequence cut (:func:`cut_at_stop`), already applied.
+    Generates the no-context greedy answer when ``config.answer_without`` (cut the same way)."""
     h_w, pre_w, h_o, pre_o = states
     no_ctx = (
-        tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
+        _cut_answers(tracer, tracer.generate([p.ids_without for p in batch], config.max_new_tokens), config)[
+            0
+        ]
         if config.answer_without
         else None
     )
@@ -222,6 +283,7 @@ def build_pair_traces(
                 else None,
                 label=p.item.label,
                 template=config.builder.to_dict(),
+                answer_cut=cuts[b] if cuts is not None else None,
                 **stats,
             )
         )

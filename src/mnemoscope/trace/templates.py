@@ -11,6 +11,13 @@ The no-context prompt of a pair is the *same* template with an empty context str
 as in the CRM paper (appendix P/T): only the context differs between the two paths.
 The separators the paper typesets as "\\ \\" are blank lines (``"\\n\\n"``), as in its
 appendix T template ``"Context: {context}\\n\\nQuestion: ...\\n\\nAnswer:"``.
+
+**Stop sequences** (``PromptBuilder.stop``) end an answer where an application would: a model
+without a chat template (a base model) does not stop after its answer, it keeps writing the
+next "Question:" or "Context:" block. :data:`DEFAULT_STOPS` are what an app around these
+templates would set; :func:`default_stops` gives them to a template-less audit profile (a chat
+model stops at its end-of-turn token and gets none). The trace cuts the generated answer at a
+token boundary before the first stop (:func:`mnemoscope.trace.pair.cut_at_stop`).
 """
 
 from __future__ import annotations
@@ -23,16 +30,58 @@ from typing import Any
 from mnemoscope.errors import InputError
 
 __all__ = [
+    "DEFAULT_STOPS",
     "PROMPT_TEMPLATES",
     "TASK_TEMPLATES",
     "PromptBuilder",
     "PromptTemplate",
     "TaskTemplate",
+    "default_stops",
     "get_template",
+    "parse_stop",
 ]
 
 
 _SLOT = re.compile(r"\{(context|query)\}")
+
+#: where an app ends a template-less answer: a blank line, or a new line that opens the next block
+DEFAULT_STOPS: tuple[str, ...] = ("\n\n", "\nQuestion:", "\nContext:", "\nQ:", "\nA:")
+
+
+def default_stops(chat: bool) -> tuple[str, ...]:
+    """The stop sequences of a prompt layout when none are given: none with a chat template (the
+    model ends its turn), :data:`DEFAULT_STOPS` without one."""
+    return () if chat else DEFAULT_STOPS
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def parse_stop(text: str) -> str:
+    """A stop sequence as typed on a command line: ``\\n``, ``\\t``, ``\\r`` and ``\\\\`` are
+    unescaped (a shell passes ``'\\n\\n'`` as four characters); anything else is kept as given.
+
+    Raises:
+        InputError: an empty stop sequence.
+
+    Example:
+        >>> parse_stop("\\n\\n"), parse_stop("\\nQuestion:"), parse_stop("END")
+        ('\\n\\n', '\\nQuestion:', 'END')
+    """
+    out = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:
+            out.append(_ESCAPES[text[i + 1]])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    stop = "".join(out)
+    if not stop:
+        raise InputError("a stop sequence must not be empty", field="stop")
+    return stop
 
 
 @dataclass(frozen=True)
@@ -116,6 +165,11 @@ def get_template(name: str) -> PromptTemplate:
 class PromptBuilder:
     """Builds with-context and no-context prompts from one template.
 
+    ``stop``: stop sequences that end a generated answer under this layout (module doc; empty =
+    the answer ends at EOS or after T tokens). They change no prompt: ``to_dict`` (the prompt
+    settings a profile records) leaves them out, :class:`~mnemoscope.trace.pair.PairConfig`'s
+    settings carry them.
+
     Example:
         >>> b = PromptBuilder(template="A")
         >>> b.render("Paris is in France.", "Where is Paris?")
@@ -128,9 +182,14 @@ class PromptBuilder:
     task: str = "plain"
     chat: bool = False
     system_prompt: str | None = None
+    stop: tuple[str, ...] = ()
     _resolved: tuple[PromptTemplate, TaskTemplate] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        stop = tuple(self.stop)
+        if any(not isinstance(x, str) or not x for x in stop):
+            raise InputError(f"stop sequences must be non-empty strings, got {list(stop)!r}", field="stop")
+        object.__setattr__(self, "stop", stop)
         object.__setattr__(
             self, "_resolved", (get_template(self.template), _lookup(TASK_TEMPLATES, self.task, "task"))
         )

@@ -99,6 +99,10 @@ class PairTrace:
         answer_without_ids, answer_without: greedy answer of the no-context path (opt-in).
         label: 1 = the flagged condition (member/memorized), 0 = not, ``None`` = unknown.
         template: the prompt builder settings used.
+        answer_cut: ``None`` when the answer was not cut; when a stop sequence of the prompt
+            layout ended it (:func:`mnemoscope.trace.pair.cut_at_stop`): ``{"at", "stop",
+            "token"}`` (character offset of the stop in the generated text, the stop, the index
+            of the first token not audited).
         backend: empty for an in-process trace; for a served model
             (:mod:`mnemoscope.trace.endpoint`) ``{"kind": "endpoint", "endpoint", "model",
             "method", "kl_estimator", "k", "unmeasured", "notes"}``: hidden states are then
@@ -134,6 +138,7 @@ class PairTrace:
     answer_without: str | None = None
     label: int | None = None
     template: dict[str, object] = field(default_factory=dict)
+    answer_cut: dict[str, Any] | None = None
     backend: Any = field(default_factory=dict)  # dict[str, Any] (Any: constructors pass **arrays)
 
     @property
