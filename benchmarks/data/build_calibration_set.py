@@ -3,7 +3,8 @@
     python benchmarks/data/build_calibration_set.py            # (re)write the shipped file
     python benchmarks/data/build_calibration_set.py --check    # exit 1 if the file is not what this builds
 
-Deterministic: only ``random.Random(SEED)`` and the hand-written tables of
+Deterministic: only seeded generators (one per real fact, keyed by its category and subject, so that
+editing a row changes no other fact; one for the invented facts) and the hand-written tables of
 ``benchmarks/data/calibration_tables.py`` are used, and nothing iterates over a set, so the output is
 byte-identical on every run and machine. Four kinds of record (docs/data.md):
 
@@ -386,10 +387,16 @@ def _item(answer: str, aliases: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-def real_facts(rng: random.Random) -> list[Fact]:
+def fact_rng(*key: str) -> random.Random:
+    """A generator of its own for one fact, so that editing one row of the tables changes no other."""
+    return random.Random(":".join((str(SEED), *key)))
+
+
+def real_facts() -> list[Fact]:
     facts: list[Fact] = []
     for category, cat in CATEGORIES.items():
         for subject, answer, difficulty, aliases, decoy in parse_table(cat["table"]):
+            rng = fact_rng(category, subject)
             extra = surname_alias(answer) if category in PERSON_CATEGORIES else []
             ctx_t = cat["ctx"][rng.randrange(len(cat["ctx"]))]
             facts.append(
@@ -971,7 +978,7 @@ def _nearby_number(rng: random.Random, answer: str, avoid: list[str]) -> str:
     return str(n + 11)
 
 
-def conflict_items(rng: random.Random, real: list[Fact]) -> list[Fact]:
+def conflict_items(real: list[Fact]) -> list[Fact]:
     by_cat: dict[str, list[str]] = {}
     for f in real:
         by_cat.setdefault(f["category"], [])
@@ -981,6 +988,7 @@ def conflict_items(rng: random.Random, real: list[Fact]) -> list[Fact]:
     for f in real:
         if f["difficulty"] > 2 or (f["difficulty"] == 2 and not f["decoy"]):
             continue  # difficulty 1, and difficulty 2 where the tables name a same-type decoy
+        rng = fact_rng("conflict", f["category"], f["subject"])
         truth = {"answer": f["answer"], "aliases": f["aliases"]}
         candidates: list[str] = []
         if f["decoy"]:
@@ -1013,10 +1021,9 @@ def conflict_items(rng: random.Random, real: list[Fact]) -> list[Fact]:
 
 
 def build_records(seed: int = SEED) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    real = real_facts(rng)
-    clean = invented_facts(rng, real)
-    conflicts = conflict_items(rng, real)
+    real = real_facts()
+    clean = invented_facts(random.Random(seed), real)
+    conflicts = conflict_items(real)
 
     fact_ids: dict[int, str] = {}
     seen: dict[str, int] = {}

@@ -608,7 +608,7 @@ the Forbidden City | Beijing | 1 | | Shanghai
 the Louvre | Paris | 1 | | Brussels
 the Burj Khalifa | Dubai | 1 | | Doha
 the Sagrada Familia | Barcelona | 2 | | Madrid
-Christ the Redeemer statue | Rio de Janeiro | 2 | Rio | Sao Paulo
+the Christ the Redeemer statue | Rio de Janeiro | 2 | Rio | Sao Paulo
 the Hagia Sophia | Istanbul | 2 | | Athens
 the Petronas Towers | Kuala Lumpur | 2 | | Singapore
 the Alhambra | Granada | 3 | | Seville
@@ -760,7 +760,6 @@ the song Smells Like Teen Spirit | Nirvana | 2 |
 the song Stairway to Heaven | Led Zeppelin | 2 |
 the song Hotel California | the Eagles | 2 | Eagles; The Eagles
 the song Dancing Queen | ABBA | 2 |
-the song Respect | Aretha Franklin | 3 |
 the song Wonderwall | Oasis | 2 |
 the song Like a Prayer | Madonna | 2 |
 the song Rolling in the Deep | Adele | 2 |
