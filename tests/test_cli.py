@@ -268,7 +268,8 @@ def test_calibrate_command_writes_a_profile_and_says_what_it_fitted(tiny_folder,
         )
     )  # fmt: skip
     out = tmp_path / "profile"
-    argv = ["calibrate", "--model", str(tiny_folder), "--input", str(records), "--out", str(out), "-T", "4"]
+    argv = ["calibrate", "--model", str(tiny_folder), "--input", str(records), "--out", str(out), "-T", "4",
+            "--labels", "given"]  # fmt: skip
     assert main(["--quiet", *argv, "--threads", "1"]) == 0
     said = capsys.readouterr().out
     assert said.startswith(f"wrote {out}: ") and "RePCS tau" in said and "profile hash" in said

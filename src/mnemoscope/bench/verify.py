@@ -1,10 +1,12 @@
-"""Verify context-reliance labels against the model in use.
+"""Verify context-reliance labels against the model in use (``mnemoscope bench verify``).
 
-A *memorized* item (or its paraphrase) is kept only if the model answers it correctly
-closed-book; a *clean* item only if the model answers it wrongly closed-book and correctly
-open-book. Closed-book = greedy answer on the no-context prompt (same template, empty
-context); open-book = greedy answer with the context. Both come from one paired trace with
-``answer_without=True``, so the traces can be reused by ``repcs eval``.
+The rule is :func:`mnemoscope.bench.label_check.verify_labels` (the one ``mnemoscope
+calibrate`` applies): a *memorized* item (or its paraphrase) is kept only if the model answers
+it correctly closed-book and with the context; a *clean* item only if the model answers it
+wrongly closed-book and correctly open-book; a knowledge-conflict item is labelled by the
+answer it gives with the context. Closed-book = greedy answer on the no-context prompt (same
+template, empty context); open-book = greedy answer with the context. Both come from one paired
+trace with ``answer_without=True``, so the traces can be reused by ``repcs eval``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def verify_reliance(
 
     Returns the summary (counts per kind before and after verification).
     """
-    from mnemoscope.bench.reliance import answer_matches
+    from mnemoscope.bench.label_check import LABEL_RULE, verify_labels
 
     if not config.answer_without:
         raise ValueError("verification needs the closed-book answer: PairConfig(answer_without=True)")
@@ -44,28 +46,29 @@ def verify_reliance(
     pair_items = [PairItem(it["id"], it["context"], it["query"], it["label"]) for it in items]
     summary = run_pairs(lm, pair_items, traces_dir, config=config, batch_size=batch_size, progress=progress)
     by_id = {t.id: t for t in load_traces(traces_dir)}
-    total: Counter[str] = Counter()
+    check = verify_labels(
+        items, {i: (t.answer_with, t.answer_without) for i, t in by_id.items()}, mode="verify"
+    )
+    dec = {d.id: d for d in check.decisions}
+    total: Counter[str] = Counter(it["kind"] for it in items)
     kept: Counter[str] = Counter()
     rows = []
     for it in items:
-        total[it["kind"]] += 1
-        t = by_id.get(it["id"])
-        if t is None:
+        d = dec.get(it["id"])
+        if d is None or not d.keep:
             continue
-        closed_ok = answer_matches(t.answer_without or "", it)
-        open_ok = answer_matches(t.answer_with, it)
-        keep = closed_ok if it["label"] == 1 else (not closed_ok and open_ok)
-        if keep:
-            kept[it["kind"]] += 1
-            rows.append(
-                {
-                    **it,
-                    "closed_book_answer": t.answer_without,
-                    "open_book_answer": t.answer_with,
-                    "closed_book_correct": closed_ok,
-                    "open_book_correct": open_ok,
-                }
-            )
+        kept[it["kind"]] += 1
+        t = by_id[it["id"]]
+        rows.append(
+            {
+                **it,
+                "label": d.label,
+                "closed_book_answer": t.answer_without,
+                "open_book_answer": t.answer_with,
+                "closed_book_correct": d.closed_book_correct,
+                "open_book_correct": d.open_book_correct,
+            }
+        )
     with (out / "verified.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
@@ -76,8 +79,8 @@ def verify_reliance(
         "n_kept": len(rows),
         "by_kind": {k: {"total": total[k], "kept": kept[k]} for k in sorted(total)},
         "trace_errors": summary.errors,
-        "rule": "memorized / paraphrased kept if correct closed-book; clean kept if wrong closed-book and "
-        "right open-book (answer or alias as a whole word, case-insensitive)",
+        "rule": LABEL_RULE,
+        "dropped_reasons": check.reasons,
     }
     (out / "verify.json").write_text(json.dumps(result, indent=1) + "\n")
     return result

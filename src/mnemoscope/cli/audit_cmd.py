@@ -46,7 +46,17 @@ def register(sub: Any) -> None:
         action="store_true",
         help="with --input: also write DIR/report.html (as `mnemoscope report DIR --input FILE`)",
     )
-    p.add_argument("--profile", metavar="DIR", help="calibration profile (default: the shipped one)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="calibration profile (default: the shipped one, or the one cached for this model)",
+    )
+    p.add_argument(
+        "--auto-calibrate",
+        action="store_true",
+        help="a model without a shipped or cached profile: calibrate one once (mnemoscope calibrate's "
+        "defaults; the time is estimated first) and cache it under the model's fingerprint",
+    )
     p.add_argument(
         "--rule",
         choices=["combined", "repcs", "crm-anomaly"],
@@ -96,8 +106,18 @@ def run(args: argparse.Namespace) -> int:
         return _report(args, audit_endpoint(args))
     if args.input and args.engine == "ray":
         return _report(args, _run_ray(args))
+    lm = load_from_args(args)
+    profile = args.profile
+    if profile is None and getattr(args, "auto_calibrate", False):
+        from mnemoscope.cli.calibrate_cmd import auto_profile
+
+        profile = auto_profile(lm, quiet=args.quiet)
     auditor = Auditor.for_model(
-        load_from_args(args), args.profile, rule=args.rule, batch_size=args.batch_size
+        lm,
+        profile,
+        rule=args.rule,
+        batch_size=args.batch_size,
+        layout=None if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens},
     )
     if args.input:
         summary = run_audit_file(

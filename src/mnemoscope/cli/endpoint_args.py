@@ -199,10 +199,19 @@ def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: lis
         top_k=args.top_k,
         repcs_alpha=args.repcs_alpha,
         seed=args.seed,
+        labels=getattr(args, "labels", "given"),
+        held_out_fraction=getattr(args, "held_out_fraction", 1 / 3),
+        min_per_class=getattr(args, "min_per_class", 10),
     )
     with client_from_args(args) as client:
         prof = calibrate_endpoint_profile(
-            client, records, args.out, cfg, progress=not args.quiet, input_errors=errors
+            client,
+            records,
+            args.out,
+            cfg,
+            progress=not args.quiet,
+            input_errors=errors,
+            overwrite=bool(getattr(args, "overwrite", False)),
         )
     h = prof.header
     _report_failures(h["data"]["failures"], "calibrate")

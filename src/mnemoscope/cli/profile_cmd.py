@@ -61,7 +61,18 @@ def run_show(args: argparse.Namespace) -> int:
     from mnemoscope.report.profile_card import profile_card, read_validation, render_text
 
     path = shipped_default_profile() if args.profile == "default" else Path(args.profile)
-    profile = load_profile(path)
+    profile = load_profile(path, backend=None)
+    from mnemoscope.pipelines.validation import profile_status
+
     card = profile_card(profile, read_validation(profile))
-    print(json.dumps(card, indent=1) if args.json else render_text(card))
+    card["status"] = profile_status(profile)
+    if args.json:
+        print(json.dumps(card, indent=1))
+        return 0
+    st = card["status"]
+    print(render_text(card))
+    print(
+        f"profile   {st['status']}: {st['summary']}"
+        + ("" if st["ok"] else f"; every audit it backs says so ({'; '.join(st['reasons'])})")
+    )
     return 0

@@ -106,6 +106,9 @@ class Auditor:
         batch_size: pairs decoded together.
         crm_probability: also compute CRM's supervised classifier (secondary; needs a
             profile with a classifier and a backend with hidden states).
+        layout: what the caller asks for besides the profile (``max_new_tokens``, ``stop``, ...):
+            refused when it differs from the profile's layout
+            (:func:`~mnemoscope.pipelines.profile.check_layout`, with the backend's own layout).
     """
 
     def __init__(
@@ -119,7 +122,11 @@ class Auditor:
         max_answer_tokens: int = 256,
         batch_size: int = 8,
         crm_probability: bool = True,
+        layout: dict[str, Any] | None = None,
     ):
+        from mnemoscope.pipelines.profile import check_layout
+        from mnemoscope.pipelines.validation import profile_status
+
         rule_obj = get_rule(rule)
         if hasattr(lm, "run") and hasattr(lm, "prepare"):
             backend: Backend = lm
@@ -135,7 +142,10 @@ class Auditor:
                 batch_size=batch_size,
             )
         prof = backend.profile
+        check_layout(prof, {**_backend_layout(backend), **(layout or {})})
         rule_obj.check(prof, hidden_states=backend.hidden_states)
+        #: is the profile fit to back a guarantee (pipelines.validation.profile_status); every result says
+        self.profile_status = profile_status(prof)
         self.backend = backend
         self.profile = prof
         self.rule: Rule = rule
@@ -305,6 +315,10 @@ class Auditor:
             crm_probability=self._crm_probability,
         )
         v = decide(m, prof, self._rule, self._repcs)
+        st = self.profile_status
+        notes = list(v.notes)
+        if not st["ok"]:
+            notes.insert(0, "the profile behind this audit is marked: " + "; ".join(st["reasons"]))
         return AuditResult(
             source=v.source,
             p_memory=v.p_memory,
@@ -312,17 +326,29 @@ class Auditor:
             summary=v.summary,
             rule=self.rule,
             evidence=v.evidence,
-            guarantee=v.guarantee,
+            guarantee={**v.guarantee, "profile": st},
             tokens=m.tokens,
             spans=m.spans,
             repcs=v.repcs,
             crm=v.crm,
             n_steps=int(t.n_steps),
             identical_prompts=bool(t.identical_prompts),
-            notes=[*v.notes, *self.backend.notes(t)],
+            notes=[*notes, *self.backend.notes(t)],
             memory_flag=v.memory_flag,
             extra=self.backend.result_fields(t),
         )
+
+
+def _backend_layout(backend: Any) -> dict[str, Any]:
+    """The layout a backend audits with, beyond the profile's own prompt settings: the in-process
+    model's chat template (an endpoint backend renders the profile's template by construction)."""
+    from mnemoscope.pipelines.profile import chat_template_sha256
+
+    lm = getattr(backend, "lm", None)
+    prompt = backend.profile.header.get("prompt") or {}
+    if lm is None or not prompt.get("chat"):
+        return {}
+    return {"chat_template_sha256": chat_template_sha256(getattr(lm.tokenizer, "chat_template", None))}
 
 
 # -- batch files -----------------------------------------------------------------------------------

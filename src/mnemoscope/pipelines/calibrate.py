@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemoscope.bench.label_check import LabelCheck, check_verifiable, verify_labels
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm_artifact import save_crm
 from mnemoscope.detectors.verdict import VerdictModel
@@ -32,13 +33,23 @@ from mnemoscope.pipelines.profile import (
     AnomalyRule,
     AuditProfile,
     CalibrationConfig,
+    chat_template_sha256,
     load_profile,
     profile_hash,
 )
 from mnemoscope.pipelines.signals import answer_pieces, trace_signals
+from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
 from mnemoscope.stats.conformal import conformal_upper
 
-__all__ = ["calibrate_profile", "data_hash", "fit_verdict", "oof_crm_probability", "token_margin"]
+__all__ = [
+    "calibrate_profile",
+    "check_class_counts",
+    "data_hash",
+    "fit_verdict",
+    "oof_crm_probability",
+    "record_groups",
+    "token_margin",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +59,33 @@ def data_hash(records: Sequence[Record]) -> str:
     for r in records:
         h.update(canonical_json({"id": r.id, "context": r.context, "query": r.query, "label": r.label}))
     return h.hexdigest()
+
+
+def check_class_counts(check: LabelCheck, min_per_class: int) -> None:
+    """Refuse a calibration with too few verified items of a class (the counts named).
+
+    Raises:
+        InputError: fewer than ``min_per_class`` verified memory or context items.
+    """
+    n = check.n_class()
+    short = {k: v for k, v in n.items() if v < min_per_class}
+    if short:
+        raise InputError(
+            f"too few verified items per class to calibrate: {n['memory']} memory and {n['context']} "
+            f"context-needed kept (at least {min_per_class} of each are needed); {check.describe()}. "
+            "Add items of the short class, raise --max-records, or pass --labels given with labels "
+            "verified on this model",
+            field="label",
+        )
+
+
+def record_groups(records: Sequence[Any]) -> list[str]:
+    """The fact each record belongs to (``fact_id``, else its id): held-out splits keep facts whole."""
+    out = []
+    for r in records:
+        extra = getattr(r, "extra", None) or {}
+        out.append(str(extra.get("fact_id") or r.id))
+    return out
 
 
 def calibrate_profile(
@@ -60,20 +98,26 @@ def calibrate_profile(
     progress: bool = True,
     overwrite: bool = False,
     traces_dir: str | Path | None = None,
+    timing_sample: int = 4,
 ) -> AuditProfile:
-    """Trace ``records`` (resumable, under ``traces_dir`` or ``out/traces``), fit CRM + anomaly rule +
-    RePCS + the verdict model, save.
+    """Trace ``records`` once (resumable, under ``traces_dir`` or ``out/traces``; the closed-book
+    answer included), verify their labels on this model (``config.labels``), split the kept ones by
+    fact into a calibration and a held-out part, fit CRM + anomaly rule + RePCS + the verdict model
+    on the calibration part, save, then audit the held-out part with the saved profile (scoring the
+    traces; ``timing_sample`` held-out items are also audited live to time an audit) and write the
+    validation card (:mod:`mnemoscope.pipelines.validation`).
 
     Raises:
-        InputError: too few usable records, a label vector that cannot fit what was asked
+        InputError: too few usable records, every item failing verification, too few verified
+            items per class (the counts named), a label vector that cannot fit what was asked
             (a classifier needs both labels), or no clean record to calibrate on.
     """
-    from mnemoscope.detectors.repcs import RePCS
-    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
     from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
-    from mnemoscope.pipelines.crm.run import fit_crm
 
+    t0 = time.perf_counter()
     c = config or CalibrationConfig()
+    if c.labels == "verify":
+        check_verifiable(records)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     use_l1 = "l1" in c.levels
@@ -94,6 +138,149 @@ def calibrate_profile(
         lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
     )
     folder = load_folder(tdir, keep_without=False)
+    by_id = {r.id: r for r in records}
+    idx = [i for i, t in enumerate(folder.pairs) if t.id in by_id]
+    answers = {folder.pairs[i].id: (folder.pairs[i].answer_with, folder.pairs[i].answer_without) for i in idx}
+    check = verify_labels([by_id[folder.pairs[i].id] for i in idx], answers, mode=c.labels)
+    if c.labels == "verify":
+        check_class_counts(check, c.min_per_class)
+    dec = {d.id: d for d in check.decisions}
+    keep = [i for i in idx if dec[folder.pairs[i].id].keep]
+    labels_all = [dec[folder.pairs[i].id].label for i in keep]
+    has_labels = all(v is not None for v in labels_all)
+    folder_v = _restrict(folder, keep, labels_all if has_labels else None)
+    kept_records = [by_id[t.id] for t in folder_v.pairs]
+    cal, ho = np.arange(len(keep)), np.array([], int)
+    if has_labels and len(set(labels_all)) == 2:
+        cal, ho = split_by_fact(
+            labels_all, record_groups(kept_records), seed=c.seed, fraction=c.held_out_fraction
+        )
+    folder_fit = _restrict(folder_v, cal.tolist(), None if not has_labels else [labels_all[i] for i in cal])
+    header = _fit_local(lm, folder_fit, c, ex_cfg, out)
+    header["layout"] = {
+        "prompt": header["prompt"],
+        "chat_template_sha256": chat_template_sha256(
+            getattr(lm.tokenizer, "chat_template", None) if header["prompt"].get("chat") else None
+        ),
+        "max_new_tokens": c.max_new_tokens,
+        "stop": list(c.stop),
+    }
+    header["labels"] = check.summary()
+    split = _split_record(c, [folder_v.pairs[i].id for i in ho], labels_all, cal, ho)
+    header["split"] = split
+    header["data"].update(
+        {
+            "sha256": data_hash(records),
+            "n_records": len(records) + len(input_errors),
+            "n_traced": len(idx),
+            "n_verified": len(keep),
+            "n_clean": len(keep) if not has_labels else sum(v == 0 for v in labels_all),
+            "n_memory": None if not has_labels else sum(v == 1 for v in labels_all),
+            "n_errors": summary.get("n_errors", 0),
+        }
+    )
+    header["profile_hash"] = profile_hash(header, (out / "crm.npz").read_bytes())
+    atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
+    prof = load_profile(out, model=lm.info)
+    fit_seconds = time.perf_counter() - t0
+    rows, audit_seconds, live = _held_out_local(lm, prof, folder_v, dec, ho, timing_sample)
+    write_validation(
+        out,
+        prof,
+        rows,
+        labels=check.summary(),
+        split=split,
+        calibration_seconds=fit_seconds,
+        audit_seconds=audit_seconds,
+        extra={"live_check": live},
+    )
+    return load_profile(out, model=lm.info)
+
+
+def _split_record(
+    c: CalibrationConfig, held_ids: list[str], labels: list[int | None], cal: np.ndarray, ho: np.ndarray
+) -> dict[str, Any]:
+    def n(ix: np.ndarray) -> dict[str, int]:
+        lab = [labels[i] for i in ix]
+        return {"memory": sum(v == 1 for v in lab), "context": sum(v == 0 for v in lab)}
+
+    return {
+        "rule": "StratifiedGroupKFold by fact_id (else id), stratified by the verified label, "
+        f"first of {max(2, round(1 / c.held_out_fraction)) if c.held_out_fraction > 0 else 0} folds held out",
+        "seed": c.seed,
+        "fraction": c.held_out_fraction,
+        "n_calibration": n(cal),
+        "n_held_out": n(ho),
+        "held_out_ids": held_ids,
+        "certification": f"the verdict certifies its threshold on {c.conformal_fraction:g} of the calibration "
+        "part's clean answers, not used to fit it",
+    }
+
+
+def _restrict(folder: Any, idx: Sequence[int], labels: Sequence[int | None] | None) -> Any:
+    ix = np.asarray(list(idx), int)
+    data = folder.data.subset(ix)
+    if labels is not None:
+        data = data.with_labels(np.asarray(labels, int))
+    ts = folder.token_stats
+    return replace(
+        folder,
+        data=data,
+        pairs=[folder.pairs[i] for i in ix],
+        token_stats=None if ts is None else [ts[i] for i in ix],
+    )
+
+
+def _held_out_local(
+    lm: Any, prof: AuditProfile, folder: Any, dec: dict[str, Any], ho: np.ndarray, timing_sample: int
+) -> tuple[list[dict[str, Any]], float | None, dict[str, Any] | None]:
+    """Audit the held-out traces with the saved profile; time ``timing_sample`` live audits."""
+    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
+
+    if not len(ho):
+        return [], None, None
+    auditor = Auditor(lm, prof, batch_size=1)
+    rows = []
+    for i in ho:
+        t = folder.pairs[i]
+        rows.append(held_out_row(dec[t.id], auditor.score(t).to_dict(), context=t.context, query=t.query))
+    sample = [folder.pairs[i] for i in ho[: max(0, timing_sample)]]
+    if not sample:
+        return rows, None, None
+    t0 = time.perf_counter()
+    live = auditor.audit([AuditRequest(t.context, t.query, id=t.id) for t in sample])
+    secs = (time.perf_counter() - t0) / len(sample)
+    stored = {r["id"]: r for r in rows}
+    diffs = [
+        abs(float(res.p_memory) - float(stored[t.id]["p_memory"]))
+        for t, res in zip(sample, live, strict=True)
+        if not isinstance(res, AuditFailure)
+        and res.p_memory is not None
+        and stored[t.id]["p_memory"] is not None
+    ]
+    same = sum(
+        not isinstance(res, AuditFailure) and res.answer == stored[t.id]["answer"]
+        for t, res in zip(sample, live, strict=True)
+    )
+    return (
+        rows,
+        secs,
+        {
+            "n": len(sample),
+            "same_answer": same,
+            "max_abs_p_memory_diff": max(diffs) if diffs else None,
+            "note": "live Auditor.audit of these held-out items vs the stored trace-scored rows",
+        },
+    )
+
+
+def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Path) -> dict[str, Any]:
+    """Fit CRM + anomaly rule + RePCS + the verdict model on ``folder``; save ``crm.npz``; the header."""
+    from mnemoscope.detectors.repcs import RePCS
+    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
+    from mnemoscope.pipelines.crm.run import fit_crm
+
     data, pairs = folder.data, folder.pairs
     n = len(data)
     if n < 4:
@@ -160,7 +347,7 @@ def calibrate_profile(
         crm_oof = oof_crm_probability(folder, kind, c)
     margin, verdict = fit_verdict(lm, pairs, labels, repcs, c, crm_oof)
 
-    header: dict[str, Any] = {
+    return {
         "format": PROFILE_FORMAT,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": lm.info.to_dict(),
@@ -195,17 +382,11 @@ def calibrate_profile(
         },
         "verdict": None if verdict is None else verdict.to_dict(),
         "data": {
-            "sha256": data_hash(records),
-            "n_records": len(records) + len(input_errors),
-            "n_traced": n,
-            "n_clean": n_clean,
-            "n_memory": None if labels is None else int((labels == 1).sum()),
-            "n_errors": summary.get("n_errors", 0),
+            "n_fit": n,
+            "n_fit_clean": n_clean,
+            "n_fit_memory": None if labels is None else int((labels == 1).sum()),
         },
     }
-    header["profile_hash"] = profile_hash(header, (out / "crm.npz").read_bytes())
-    atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
-    return load_profile(out, model=lm.info)
 
 
 def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: int = 5) -> np.ndarray:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -74,6 +74,7 @@ __all__ = [
     "load_endpoint_profile",
     "score_file_endpoint",
     "trace_records",
+    "trace_with_closed_book",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,10 @@ class EndpointCalibrationConfig:
     conformal_fraction: float = 0.5
     token_margin_quantile: float = 0.9
     seed: int = 42
+    labels: Literal["verify", "given"] = "given"
+    held_out_fraction: float = 1 / 3
+    min_per_class: int = 10
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.verdict_candidates) - set(BLACK_BOX_SIGNALS))
@@ -137,6 +142,8 @@ class TracedRecords:
     records: list[Any] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    #: id -> closed-book answer (:func:`trace_with_closed_book` only)
+    closed_book: dict[str, str] = field(default_factory=dict)
 
 
 def trace_records(
@@ -198,6 +205,87 @@ def trace_records(
     return out
 
 
+def trace_with_closed_book(
+    client: EndpointClient,
+    records: Sequence[Any],
+    config: EndpointPairConfig,
+    folder: str | Path,
+    *,
+    model: dict[str, Any],
+    progress: bool = True,
+    overwrite: bool = False,
+    chunk: int = 8,
+) -> TracedRecords:
+    """:func:`trace_records` plus each record's closed-book answer (a greedy generation on the
+    no-context prompt, for label verification), stored under ``folder`` as they come (a re-run
+    resumes: records already there are not traced again).
+
+    ``folder`` holds the traces (:class:`~mnemoscope.trace.TraceWriter`) and ``answers.jsonl``
+    (``{id, pieces, closed_book}``); other settings or another model are refused unless
+    ``overwrite``.
+    """
+    from tqdm.auto import tqdm
+
+    from mnemoscope.trace import TraceWriter, load_traces
+
+    fold = Path(folder)
+    settings = {
+        **config.builder.to_dict(),
+        "chat_template": config.template.to_dict(),
+        "max_new_tokens": config.max_new_tokens,
+        "top_k": config.top_k,
+        "closed_book": True,
+    }
+    w = TraceWriter(fold, kind="pair", model=model, settings=settings, overwrite=overwrite)
+    side_path = fold / "answers.jsonl"
+    if overwrite:
+        side_path.unlink(missing_ok=True)
+    side: dict[str, dict[str, Any]] = {}
+    if side_path.is_file():
+        for line in side_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                side[str(row["id"])] = row
+    todo = [r for r in records if str(r.id) not in w.done_ids or str(r.id) not in side]
+    out = TracedRecords()
+    t0 = time.perf_counter()
+    T = config.max_new_tokens
+
+    def closed(t: PairTrace) -> str:
+        return str(client.completion(t.prompt_without, max_tokens=T).get("text", ""))
+
+    with tqdm(total=len(todo), disable=not progress, desc="endpoint calibrate", unit="rec") as bar:
+        for start in range(0, len(todo), chunk):
+            part = todo[start : start + chunk]
+            tr = trace_records(client, part, config, early_stop=chunk if start == 0 else 0)
+            out.failures += tr.failures
+            answers = map_concurrently(closed, tr.traces, client.config.concurrency)
+            ok_t, rows = [], []
+            for t, pc, r, cb in zip(tr.traces, tr.pieces, tr.records, answers, strict=True):
+                if isinstance(cb, BaseException):
+                    out.failures.append(
+                        {"id": r.id, "line": getattr(r, "line", None), "message": f"closed-book answer: {cb}"}
+                    )
+                    continue
+                ok_t.append(t)
+                rows.append({"id": str(r.id), "pieces": list(pc), "closed_book": cb})
+            w.write(ok_t)
+            with side_path.open("a", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    side[row["id"]] = row
+            bar.update(len(part))
+    by_id = {r.id: r for r in records}
+    for t in load_traces(fold):
+        if t.id in by_id and t.id in side:
+            out.traces.append(t)
+            out.pieces.append(list(side[t.id]["pieces"]))
+            out.records.append(by_id[t.id])
+    out.seconds = time.perf_counter() - t0
+    out.closed_book = {t.id: side[t.id]["closed_book"] for t in out.traces}
+    return out
+
+
 def calibrate_endpoint_profile(
     client: EndpointClient,
     records: Sequence[Any],
@@ -206,34 +294,71 @@ def calibrate_endpoint_profile(
     *,
     progress: bool = True,
     input_errors: Sequence[Any] = (),
+    overwrite: bool = False,
+    timing_sample: int = 4,
 ) -> AuditProfile:
-    """Trace ``records`` through the server and fit RePCS's tau (top-k Z), the token margin and the
-    black-box verdict model; write ``out/profile.json``.
+    """Trace ``records`` through the server once (resumable, under ``out/traces``; with each
+    record's closed-book answer), verify their labels on the served model (``config.labels``,
+    :mod:`mnemoscope.bench.label_check`), split the kept ones by fact, fit RePCS's tau (top-k Z),
+    the token margin and the black-box verdict model on the calibration part, write
+    ``out/profile.json``, then audit the held-out part with it and write the validation card
+    (:mod:`mnemoscope.pipelines.validation`).
 
     Raises:
-        InputError: too few traced records or no clean one.
+        InputError: too few traced records or no clean one; every item failing verification; too
+            few verified items per class (the counts named).
         EarlyStopError: the first records all failed for the same cause (named, with the likely fix).
         EndpointCapabilityError: the server cannot teacher-force (no prompt log-probs, no tokenizer).
     """
+    from mnemoscope.bench.label_check import check_verifiable, verify_labels
     from mnemoscope.io import atomic_write
+    from mnemoscope.pipelines.calibrate import check_class_counts, record_groups
+    from mnemoscope.pipelines.profile import chat_template_sha256
+    from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
     from mnemoscope.trace.endpoint import load_chat_template
 
+    t0 = time.perf_counter()
     c = config or EndpointCalibrationConfig()
+    if c.labels == "verify":
+        check_verifiable(records)
     caps = client.require_teacher_forcing()
+    client.require_top_k(c.top_k)
     tpl = load_chat_template(c.chat_template, eos_text=c.eos_text)
     builder = PromptBuilder(template=c.template, task=c.task, chat=tpl.chat_template is not None)
     pcfg = EndpointPairConfig(builder=builder, template=tpl, max_new_tokens=c.max_new_tokens, top_k=c.top_k)
     fp = client.fingerprint()
-    traced = trace_records(client, records, pcfg, progress=progress)
-    pairs, pieces = traced.traces, traced.pieces
+    model = endpoint_model_info(client, fp)
+    outp = Path(out)
+    outp.mkdir(parents=True, exist_ok=True)
+    traced = trace_with_closed_book(
+        client, records, pcfg, outp / "traces", model=model, progress=progress, overwrite=overwrite
+    )
+    check = verify_labels(
+        traced.records,
+        {t.id: (t.answer_with, traced.closed_book[t.id]) for t in traced.traces},
+        mode=c.labels,
+    )
+    if c.labels == "verify":
+        check_class_counts(check, c.min_per_class)
+    dec = {d.id: d for d in check.decisions}
+    keep = [i for i, t in enumerate(traced.traces) if dec[t.id].keep]
+    pairs_v = [traced.traces[i] for i in keep]
+    pieces_v = [traced.pieces[i] for i in keep]
+    recs_v = [traced.records[i] for i in keep]
+    labels_list = [dec[t.id].label for t in pairs_v]
+    has_labels = all(v is not None for v in labels_list)
+    cal, ho = np.arange(len(pairs_v)), np.array([], int)
+    if has_labels and len(set(labels_list)) == 2:
+        cal, ho = split_by_fact(labels_list, record_groups(recs_v), seed=c.seed, fraction=c.held_out_fraction)
+    pairs = [pairs_v[i] for i in cal]
+    pieces = [pieces_v[i] for i in cal]
     n = len(pairs)
     if n < 4:
         why = "; ".join(f["message"] for f in traced.failures[:3])
         raise InputError(
             f"calibration needs at least 4 traced records, got {n}" + (f" ({why})" if why else "")
         )
-    labels_list = [t.label for t in pairs]
-    labels = None if any(v is None for v in labels_list) else np.array(labels_list, dtype=int)
+    labels = np.array([labels_list[i] for i in cal], dtype=int) if has_labels else None
     clean = np.ones(n, bool) if labels is None else labels == 0
     if int(clean.sum()) < 2:
         raise InputError(
@@ -249,13 +374,27 @@ def calibrate_endpoint_profile(
         seed=c.seed,
     )
     margin, verdict = fit_verdict(None, pairs, labels, repcs, vc, None, pieces=pieces)
-    outp = Path(out)
-    outp.mkdir(parents=True, exist_ok=True)
+    held_ids = [pairs_v[i].id for i in ho]
+
+    def n_of(ix: np.ndarray) -> dict[str, int]:
+        lab = [labels_list[i] for i in ix]
+        return {"memory": sum(v == 1 for v in lab), "context": sum(v == 0 for v in lab)}
+
+    split = {
+        "rule": "StratifiedGroupKFold by fact_id (else id), stratified by the verified label",
+        "seed": c.seed,
+        "fraction": c.held_out_fraction,
+        "n_calibration": n_of(cal),
+        "n_held_out": n_of(ho),
+        "held_out_ids": held_ids,
+        "certification": f"the verdict certifies its threshold on {c.conformal_fraction:g} of the calibration "
+        "part's clean answers, not used to fit it",
+    }
     header: dict[str, Any] = {
         "format": ENDPOINT_PROFILE_FORMAT,
         "backend": "endpoint",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": endpoint_model_info(client, fp),
+        "model": model,
         "endpoint": client.config.to_dict(),
         "endpoint_method": caps.method,
         "capabilities": caps.to_dict(),
@@ -263,6 +402,12 @@ def calibrate_endpoint_profile(
         "chat_template": tpl.to_dict(),
         "max_new_tokens": c.max_new_tokens,
         "top_k": c.top_k,
+        "layout": {
+            "prompt": builder.to_dict(),
+            "chat_template_sha256": chat_template_sha256(tpl.chat_template),
+            "max_new_tokens": c.max_new_tokens,
+            "stop": list(c.stop),
+        },
         "config": asdict(c),
         "repcs": repcs.calibration_record(kl_source=f"endpoint top-k estimate (k={c.top_k})"),
         "token_attribution": {
@@ -272,12 +417,18 @@ def calibrate_endpoint_profile(
         },
         "verdict": None if verdict is None else verdict.to_dict(),
         "unavailable": list(UNMEASURED),
+        "labels": check.summary(),
+        "split": split,
         "data": {
             "sha256": data_hash(records),
             "n_records": len(records) + len(input_errors),
-            "n_traced": n,
-            "n_clean": int(clean.sum()),
-            "n_memory": None if labels is None else int((labels == 1).sum()),
+            "n_traced": len(traced.traces),
+            "n_verified": len(pairs_v),
+            "n_fit": n,
+            "n_fit_clean": int(clean.sum()),
+            "n_fit_memory": None if labels is None else int((labels == 1).sum()),
+            "n_clean": len(pairs_v) if not has_labels else sum(v == 0 for v in labels_list),
+            "n_memory": None if not has_labels else sum(v == 1 for v in labels_list),
             "n_errors": len(traced.failures) + len(input_errors),
             "failures": traced.failures[:50],
             "seconds": round(traced.seconds, 1),
@@ -285,6 +436,32 @@ def calibrate_endpoint_profile(
     }
     header["profile_hash"] = profile_hash(header)
     atomic_write(outp / "profile.json", json.dumps(header, indent=1, default=str))
+    prof = load_endpoint_profile(outp)
+    fit_seconds = time.perf_counter() - t0
+    rows: list[dict[str, Any]] = []
+    audit_seconds = None
+    if len(ho) and prof.verdict is not None:
+        auditor = Auditor.from_endpoint(client, prof, check_identity=False)
+        for i in ho:
+            t = pairs_v[i]
+            res = auditor.score(t, pieces_v[i]).to_dict()
+            rows.append(held_out_row(dec[t.id], res, context=t.context, query=t.query))
+        sample = [pairs_v[i] for i in ho[: max(0, timing_sample)]]
+        if sample:
+            from mnemoscope.pipelines.requests import AuditRequest
+
+            ts = time.perf_counter()
+            auditor.audit([AuditRequest(t.context, t.query, id=t.id) for t in sample])
+            audit_seconds = (time.perf_counter() - ts) / len(sample)
+    write_validation(
+        outp,
+        prof,
+        rows,
+        labels=check.summary(),
+        split=split,
+        calibration_seconds=fit_seconds,
+        audit_seconds=audit_seconds,
+    )
     return load_endpoint_profile(outp)
 
 
@@ -412,11 +589,21 @@ def score_file_endpoint(
             {"line": f.get("line"), "id": f["id"], "field": None, "message": f["message"]}
             for f in traced.failures
         ]
-        return [score_line(det, t, extra) for t in traced.traces], failed
+        # endpoint_method: the path that scored each record (auto may fall back on a refusal)
+        lines = [
+            score_line(det, t, {**extra, "endpoint_method": _method_of(t, caps.method)})
+            for t in traced.traces
+        ]
+        return lines, failed
 
     res = score_records(records, out, score, batch_size=max(8, client.config.concurrency), progress=progress)
     res["errors"] = [e.to_dict() for e in errors] + res["errors"]
     return res
+
+
+def _method_of(trace: Any, default: str) -> str:
+    backend = trace.backend if isinstance(trace.backend, dict) else {}
+    return str(backend.get("method") or default)
 
 
 # -- chat-only APIs: the weaker test ---------------------------------------------------------------

@@ -9,7 +9,13 @@ A profile folder holds
   anomaly rule, the RePCS threshold tau with its calibration record, a SHA-256 of the
   calibration data and the profile's own content hash (over ``profile.json`` without the
   hash and the bytes of ``crm.npz``);
-* ``traces/``: the paired traces of the calibration records (resumable extraction).
+* ``traces/``: the paired traces of the calibration records (resumable extraction);
+* ``validation.json`` + ``held_out.jsonl``: the validation card and the held-out audits it is
+  computed from (:mod:`mnemoscope.pipelines.validation`), tied to the profile by its hash.
+
+**Layout.** A profile records the prompt layout its audits must reuse (``header["layout"]``:
+template, task, chat, system prompt, a SHA-256 of the chat template, T and the stop sequences);
+:func:`check_layout` refuses an audit asking for another one, naming each difference.
 
 **Anomaly rule** (CRM appendix V.1, made sound). Per target layer ``z_l = (LTS_l - mu_l) /
 sigma_l`` with ``mu, sigma`` from the *clean* calibration records (label 0, or every record
@@ -58,7 +64,12 @@ __all__ = [
     "CalibrationConfig",
     "EndpointSettings",
     "ProfileError",
+    "cached_profile_dir",
+    "calibrate_command",
+    "chat_template_sha256",
+    "check_layout",
     "default_profile_path",
+    "estimate_calibration_seconds",
     "load_profile",
 ]
 
@@ -96,6 +107,14 @@ class CalibrationConfig:
         token_margin_quantile: the token-attribution margin is this quantile of content-word
             PMI on the memorized calibration answers (:func:`~mnemoscope.features.attribution.calibrate_margin`).
         seed: the held-out split.
+        labels: ``"verify"`` checks every label on the model being calibrated
+            (:mod:`mnemoscope.bench.label_check`; items that fail are dropped and counted),
+            ``"given"`` takes the labels as they are.
+        held_out_fraction: share of the facts (grouped, stratified) held out for the validation
+            card; 0 = no held-out part (the card says "not measured").
+        min_per_class: with ``labels="verify"``, fewer verified items of a class than this is an
+            error naming the counts.
+        stop: stop sequences that end an answer (recorded in the layout; audits must reuse them).
     """
 
     template: str = "A"
@@ -123,6 +142,10 @@ class CalibrationConfig:
     conformal_fraction: float = 0.5
     token_margin_quantile: float = 0.9
     seed: int = 42
+    labels: Literal["verify", "given"] = "given"
+    held_out_fraction: float = 1 / 3
+    min_per_class: int = 10
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,21 @@ class AuditProfile:
     token_margin: float = math.log(2.0)
     backend: Literal["local", "endpoint"] = "local"
     endpoint: EndpointSettings | None = None
+    #: the held-out validation card (``validation.json`` matching this profile's hash), or ``None``
+    validation: dict[str, Any] | None = None
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        """The prompt layout audits must reuse (older profiles: the prompt and T they recorded)."""
+        lay = self.header.get("layout")
+        if isinstance(lay, dict):
+            return dict(lay)
+        return {"prompt": self.header.get("prompt"), "max_new_tokens": self.header.get("max_new_tokens")}
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """The stop sequences recorded in the layout (empty: none)."""
+        return tuple(self.layout.get("stop") or ())
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -196,6 +234,61 @@ class AuditProfile:
         )
 
 
+def chat_template_sha256(template: str | None) -> str | None:
+    """The SHA-256 of a chat template's text (``None`` without one)."""
+    return None if not template else hashlib.sha256(str(template).encode("utf-8")).hexdigest()
+
+
+_LAYOUT_NAMES = {
+    "prompt": "prompt layout (template, task, chat, system prompt)",
+    "chat_template_sha256": "chat template",
+    "max_new_tokens": "T (max_new_tokens)",
+    "stop": "stop sequences",
+}
+
+
+def check_layout(profile: AuditProfile, asked: dict[str, Any]) -> None:
+    """Refuse an audit whose layout differs from the profile's, naming each difference.
+
+    ``asked``: what the audit would use (any of ``prompt``, ``chat_template_sha256``,
+    ``max_new_tokens``, ``stop``; ``None`` is a value: no chat template, no stop sequence); keys
+    the audit does not pass, or the profile did not record, are not compared. The one layout check: :class:`~mnemoscope.pipelines.audit.Auditor` calls it
+    for the in-process and the endpoint backends.
+
+    Raises:
+        ProfileError: the layouts differ (each differing setting named with both values).
+    """
+    mine = profile.layout
+    diffs = []
+    for key, theirs in asked.items():
+        if key not in mine:
+            continue
+        a, b = mine.get(key), theirs
+        if key == "stop":
+            a, b = list(a or []), list(b or [])
+        if key == "prompt" and isinstance(a, dict) and isinstance(b, dict):
+            sub = {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+            if sub:
+                diffs.append(
+                    f"{_LAYOUT_NAMES[key]}: "
+                    + ", ".join(f"{k} profile {v[0]!r} vs audit {v[1]!r}" for k, v in sorted(sub.items()))
+                )
+            continue
+        if a != b:
+            if key == "chat_template_sha256":
+                diffs.append(
+                    f"chat template: profile {str(a)[:12] if a else 'none'} vs audit {str(b)[:12] if b else 'none'}"
+                )
+            else:
+                diffs.append(f"{_LAYOUT_NAMES.get(key, key)}: profile {a!r} vs audit {b!r}")
+    if diffs:
+        raise ProfileError(
+            f"the profile {profile.path} was calibrated with another layout than this audit uses: "
+            + "; ".join(diffs)
+            + " (audit with the profile's settings, or calibrate a profile with these)"
+        )
+
+
 def profile_hash(header: dict[str, Any], crm_bytes: bytes | None = None) -> str:
     """The content hash of a profile: ``profile.json`` without its hash (and ``crm.npz``'s bytes)."""
     body = canonical_json({k: v for k, v in header.items() if k != "profile_hash"})
@@ -208,6 +301,40 @@ def profile_hash(header: dict[str, Any], crm_bytes: bytes | None = None) -> str:
 
 
 DEFAULT_PROFILES = "mnemoscope.data.profiles"
+#: measured calibration rate: wall seconds per record per billion parameters, 1 thread, this repo's
+#: 2-core CPU (docs/calibrate.md; benchmarks/results/calibration/*/card.json)
+SECONDS_PER_RECORD_PER_BPARAM = 10.0
+#: records the shipped calibration data gives a calibration by default
+DEFAULT_CALIBRATION_RECORDS = 240
+
+
+def cached_profile_dir(info: Any, cache: str | Path | None = None) -> Path:
+    """Where ``--auto-calibrate`` keeps a model's profile: ``<cache>/profiles/<fingerprint>/``."""
+    from mnemoscope.paths import cache_dir
+
+    d = info.to_dict() if hasattr(info, "to_dict") else dict(info)
+    fp = str(d.get("fingerprint") or "unknown").replace(":", "-").replace("/", "-")
+    return cache_dir(cache) / "profiles" / fp
+
+
+def n_params_estimate(info: Any) -> float:
+    """Parameters of a transformer from its shape: ``12 L d^2 + V d`` (embeddings counted once)."""
+    d = info.to_dict() if hasattr(info, "to_dict") else dict(info)
+    L, h, V = int(d.get("n_layers") or 0), int(d.get("hidden_size") or 0), int(d.get("vocab_size") or 0)
+    return float(12 * L * h * h + V * h)
+
+
+def estimate_calibration_seconds(info: Any, n_records: int = DEFAULT_CALIBRATION_RECORDS) -> float:
+    """Expected wall time of ``mnemoscope calibrate`` on one thread (a rough linear model in size)."""
+    return max(30.0, SECONDS_PER_RECORD_PER_BPARAM * n_params_estimate(info) / 1e9 * n_records)
+
+
+def calibrate_command(info: Any, cache: str | Path | None = None) -> str:
+    """The exact command that calibrates a profile for ``info``'s model where audits find it."""
+    d = info.to_dict() if hasattr(info, "to_dict") else dict(info)
+    spec = d.get("spec") or d.get("name")
+    adapter = f" --adapter {d['adapter']}" if d.get("adapter") else ""
+    return f"mnemoscope calibrate --model {spec}{adapter} --out {cached_profile_dir(info, cache)}"
 
 
 def default_profile_path(info: Any) -> Path:
@@ -228,10 +355,16 @@ def default_profile_path(info: Any) -> Path:
                     return cand
             except (json.JSONDecodeError, KeyError):
                 continue
+    cached = cached_profile_dir(info)
+    if (cached / "profile.json").is_file():
+        return cached
     name = (info.to_dict() if hasattr(info, "to_dict") else dict(info)).get("name")
+    secs = estimate_calibration_seconds(info)
     raise ProfileError(
-        f"no shipped audit profile fits the model {name}; calibrate one with `mnemoscope calibrate --model ... "
-        "--out DIR` and pass --profile DIR"
+        f"no audit profile fits the model {name} (none shipped, none cached under {cached}); calibrate one "
+        f"with `{calibrate_command(info)}` (about {secs / 60:.0f} min on one CPU thread for "
+        f"{DEFAULT_CALIBRATION_RECORDS} records), or pass --auto-calibrate to run it once and cache it, "
+        "or --profile DIR"
     )
 
 
@@ -279,6 +412,9 @@ def load_profile(
     prof = _load_endpoint(path, header) if is_endpoint else _load_local(path, header)
     if model is not None and not is_endpoint:
         prof.check_model(model)
+    from mnemoscope.report.profile_card import read_validation
+
+    prof.validation = read_validation(prof)
     return prof
 
 

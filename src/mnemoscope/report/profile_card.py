@@ -159,6 +159,14 @@ def _validation(v: Mapping[str, Any] | None) -> dict[str, Any]:
         "confusion": confusion,
         "audit_seconds": _num(v.get("audit_seconds")),
         "calibration_seconds": _num(v.get("calibration_seconds")),
+        "false_flag_ci": list(v["false_flag_ci"])
+        if isinstance(v.get("false_flag_ci"), list)
+        else NOT_MEASURED,
+        "memory_caught": _num(v.get("memory_caught")),
+        "labels": dict(v.get("labels") or {}),
+        "split": {k: x for k, x in dict(v.get("split") or {}).items() if k != "held_out_ids"},
+        "confusion_by_kind": dict(v.get("confusion_by_kind") or {}),
+        "profile_status": dict(v.get("profile_status") or {}),
         "provenance": dict(v.get("provenance") or {}),
     }
 
@@ -269,11 +277,33 @@ def render_text(card: Mapping[str, Any]) -> str:
         if isinstance(auc, Mapping)
         else NOT_MEASURED
     )
+    lab = val.get("labels") or {}
+    if lab:
+        per = lab.get("n_per_class") or {}
+        lines.append(
+            f"  labels              {lab.get('mode')}: {_f(lab.get('n_kept'))} of {_f(lab.get('n_items'))} kept "
+            f"({_f(per.get('memory'))} memory, {_f(per.get('context'))} context-needed)"
+        )
+        for kind, c in (lab.get("by_kind") or {}).items():
+            why = (lab.get("dropped_reasons") or {}).get(kind) or {}
+            lines.append(
+                f"    {kind:<22} {c.get('kept')}/{c.get('total')} kept"
+                + (f"; dropped: {', '.join(f'{n} {r}' for r, n in why.items())}" if why else "")
+            )
+    sp = val.get("split") or {}
+    if sp.get("n_calibration"):
+        a, b = sp["n_calibration"], sp.get("n_held_out") or {}
+        lines.append(
+            f"  split by fact       calibration {a.get('memory')} memory + {a.get('context')} context-needed; "
+            f"held out {b.get('memory')} + {b.get('context')} (seed {sp.get('seed')})"
+        )
+    ci = val.get("false_flag_ci")
+    ci_s = f" [{_f(ci[0])}, {_f(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
     lines += [
         f"  items               {_f(val['n'])} ({_f(val['n_memory'])} memory, {_f(val['n_context'])} context-needed)",
         f"  AUC                 {auc_s}",
-        f"  false-flag rate     {_f(val['false_flag_rate'])} ({_f(val['false_flags'])} of {_f(val['n_context'])} "
-        f"context-needed answers flagged as memory) vs alpha {_f(val['alpha'], 2)}",
+        f"  false-flag rate     {_f(val['false_flag_rate'])}{ci_s} ({_f(val['false_flags'])} of "
+        f"{_f(val['n_context'])} context-needed answers flagged as memory) vs alpha {_f(val['alpha'], 2)}",
         f"  memory recall       {_f(val['memory_recall'])} (memory answers flagged) at alpha {_f(val['alpha'], 2)}",
         f"  3-way accuracy      {_f(val['accuracy_3way'])}",
     ]
@@ -286,8 +316,15 @@ def render_text(card: Mapping[str, Any]) -> str:
         lines.append(f"  confusion           {NOT_MEASURED}")
     lines.append(
         f"  time                calibration {_f(val['calibration_seconds'], 1)} s, "
-        f"held-out audit {_f(val['audit_seconds'], 1)} s"
+        f"audit {_f(val['audit_seconds'], 2)} s"
+        + (" per answer" if val.get("labels") else " (held-out fold)")
     )
+    st = val.get("profile_status") or {}
+    if st:
+        lines.append(
+            "  status              "
+            + ("validated" if st.get("ok") else "MARKED: " + "; ".join(st.get("reasons") or []))
+        )
     prov = val.get("provenance") or {}
     if prov:
         lines.append(

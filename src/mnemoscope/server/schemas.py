@@ -94,6 +94,11 @@ class GuaranteeOut(BaseModel):
     certified: bool = Field(..., description="false: the calibration set was too small to certify alpha")
     threshold: float | None = None
     statement: str
+    profile: dict[str, Any] | None = Field(
+        None,
+        description="is the profile fit to back the guarantee: ok, status (validated | marked), reasons, "
+        "summary of its held-out card (pipelines.validation.profile_status)",
+    )
 
 
 class TokenOut(BaseModel):

@@ -1,0 +1,235 @@
+"""``mnemoscope calibrate``: fit the audit profile of a model, its labels verified on that model,
+with a validation card (registered by :mod:`mnemoscope.cli.serve_cmd`); ``--auto-calibrate`` of
+``audit`` and ``serve`` (:func:`auto_profile`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mnemoscope.cli.endpoint_args import add_endpoint_args
+from mnemoscope.cli.options import add_chat_arg, add_model_args, load_from_args
+
+__all__ = ["SHIPPED", "auto_profile", "print_card", "register", "shipped_records"]
+
+SHIPPED = "shipped:context-reliance"
+
+
+def register(sub: Any) -> None:
+    c = sub.add_parser(
+        "calibrate",
+        help="fit the audit profile of a model: labels verified on it, a held-out validation card",
+        description="Trace (context, query) records with and without their context (once; resumable), "
+        "verify every label on the model being calibrated (a memory item must be answered closed-book and "
+        "with the context, a clean item only with the context, a knowledge-conflict item is labelled by the "
+        "answer it gives; --labels given skips this), split the kept items by fact, fit CRM directions, the "
+        "anomaly rule, RePCS tau and the verdict model on one part (its conformal threshold certified on "
+        "clean answers it does not fit on), audit the held-out part and print the validation card. "
+        "Labels: 0 = clean (answer from the context), 1 = from memory.",
+        epilog="Examples:\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200\n"
+        "  mnemoscope calibrate --model gemma.gguf --out profiles/gemma --labels given --input mine.jsonl\n"
+        "  mnemoscope calibrate --endpoint http://127.0.0.1:8080/v1 --chat-template qwen.gguf --out p/\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(c)
+    c.add_argument(
+        "--input",
+        default=SHIPPED,
+        metavar="FILE",
+        help="JSONL of {id, context, query, label, answer, aliases?, kind?, fact_id?, context_answer?}; "
+        "default: the shipped calibration data (well-known facts = memory, invented facts = clean, "
+        "knowledge conflicts when shipped), sampled by --max-records",
+    )
+    c.add_argument("--out", required=True, metavar="DIR", help="profile folder to write")
+    c.add_argument("--max-records", type=int, default=None, help="stratified seeded sample of the input")
+    c.add_argument(
+        "--labels",
+        choices=["verify", "given"],
+        default="verify",
+        help="verify every label on this model (default; needs each record's answer) or take them as given",
+    )
+    c.add_argument(
+        "--held-out-fraction",
+        type=float,
+        default=1 / 3,
+        help="share of the facts held out for the validation card (default 1/3; 0 = none)",
+    )
+    c.add_argument(
+        "--min-per-class",
+        type=int,
+        default=10,
+        help="with --labels verify: fewer verified items of a class is an error (default 10)",
+    )
+    c.add_argument("--template", default="A")
+    c.add_argument("--task", default="plain", choices=["plain", "qa", "continuation", "summarization"])
+    add_chat_arg(c)
+    c.add_argument("--max-new-tokens", "-T", type=int, default=32)
+    c.add_argument("--batch-size", type=int, default=8)
+    c.add_argument("--classifier", choices=["auto", "lr", "xgb", "none"], default="auto")
+    c.add_argument(
+        "--levels", default="l2,l3", help="CRM levels of the classifier (l1 costs a 2nd generation)"
+    )
+    c.add_argument("--k-sigma", type=float, default=2.0, help="layer flag: |LTS - mu| > k sigma")
+    c.add_argument(
+        "--rule",
+        choices=["calibrated", "paper"],
+        default="calibrated",
+        help="request flag: anomaly score over a held-out clean threshold (default) or any flagged layer (paper)",
+    )
+    c.add_argument("--alpha", type=float, default=0.05, help="target false-positive rate of the anomaly flag")
+    c.add_argument(
+        "--threshold-fraction", type=float, default=0.5, help="clean records held out for the threshold"
+    )
+    c.add_argument("--repcs-alpha", type=float, default=0.05, help="RePCS target false-positive rate")
+    c.add_argument("--seed", type=int, default=42)
+    c.add_argument("--on-error", choices=["skip", "raise"], default="skip")
+    c.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
+    c.add_argument("--json", action="store_true", help="print the validation card as JSON")
+    add_endpoint_args(c, prompts=True)
+    c.set_defaults(func=run)
+
+
+def shipped_records() -> str:
+    """The shipped calibration data's path (the grown set when installed, else context-reliance)."""
+    try:
+        from mnemoscope.bench import calibration_data  # type: ignore[attr-defined]
+
+        path = getattr(calibration_data, "default_path", None)
+        if callable(path):
+            return str(path())
+    except ImportError:
+        pass
+    from importlib import resources
+
+    return str(resources.files("mnemoscope.bench") / "data" / "context_reliance.jsonl")
+
+
+def sample_records(records: list[Any], n: int | None, seed: int) -> list[Any]:
+    """A stratified (by label and kind), seeded sample of ``n`` records."""
+    if n is None or n >= len(records):
+        return records
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        kind = (getattr(r, "extra", None) or {}).get("kind")
+        groups.setdefault(f"{r.label}/{kind}", []).append(i)
+    keep: list[int] = []
+    for _, idx in sorted(groups.items()):
+        share = max(1, round(n * len(idx) / len(records)))
+        keep += rng.permutation(idx)[:share].tolist()
+    return [records[i] for i in sorted(keep)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from mnemoscope.data.records import read_records
+    from mnemoscope.pipelines.calibrate import calibrate_profile
+    from mnemoscope.pipelines.profile import CalibrationConfig
+
+    path = args.input
+    if path == SHIPPED:
+        path = shipped_records()
+        if args.max_records is None:
+            args.max_records = 240
+    records, errors = read_records(path, on_error=args.on_error)
+    for e in errors:
+        print(f"skipped: {e}", file=sys.stderr)
+    records = sample_records(records, args.max_records, args.seed)
+    t0 = time.perf_counter()
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import calibrate_endpoint
+
+        rc = calibrate_endpoint(args, records, errors)
+        if rc == 0:
+            from mnemoscope.pipelines.profile import load_profile
+
+            print_card(load_profile(args.out, backend=None), args.json, time.perf_counter() - t0)
+        return rc
+    cfg = CalibrationConfig(
+        template=args.template,
+        task=args.task,
+        chat={"auto": "auto", "on": True, "off": False}[args.chat],  # type: ignore[arg-type]
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        classifier=args.classifier,
+        levels=tuple(s.strip() for s in args.levels.split(",") if s.strip()),
+        k_sigma=args.k_sigma,
+        rule=args.rule,
+        alpha=args.alpha,
+        threshold_fraction=args.threshold_fraction,
+        repcs_alpha=args.repcs_alpha,
+        seed=args.seed,
+        labels=args.labels,
+        held_out_fraction=args.held_out_fraction,
+        min_per_class=args.min_per_class,
+    )
+    lm = load_from_args(args)
+    prof = calibrate_profile(
+        lm, records, args.out, cfg, input_errors=errors, progress=not args.quiet, overwrite=args.overwrite
+    )
+    h = prof.header
+    thr = prof.anomaly.score_threshold
+    crm = (
+        "no CRM"
+        if prof.crm is None
+        else f"{len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, classifier {prof.crm.classifier}"
+    )
+    lab = h.get("labels") or {}
+    print(
+        f"wrote {args.out}: {crm}, anomaly threshold "
+        f"{'any flagged layer' if thr is None else f'{thr:.3f}'} (n={prof.anomaly.n_threshold}), "
+        f"RePCS tau {prof.repcs_tau:.3f} (n={h['repcs']['n']}); {h['data']['n_traced']} records traced, "
+        f"{h['data'].get('n_verified')} kept ({lab.get('mode')}), {h['data']['n_fit']} fitted "
+        f"({h['data']['n_fit_clean']} clean), profile hash {prof.content_hash[:16]}"
+    )
+    print_card(prof, args.json, time.perf_counter() - t0)
+    return 0
+
+
+def print_card(prof: Any, as_json: bool, seconds: float) -> None:
+    """Print a fresh profile's validation card (``profile show`` prints the same)."""
+    import json
+
+    from mnemoscope.report.profile_card import profile_card, render_text
+
+    card = profile_card(prof, prof.validation)
+    if as_json:
+        print(json.dumps(card, indent=1))
+    else:
+        print(render_text(card))
+        print(f"calibrate wall time {seconds:.0f} s")
+
+
+def auto_profile(lm: Any, *, quiet: bool = False, cache: str | None = None) -> Path:
+    """The profile of ``lm``: the shipped or cached one, else calibrate it once (the default
+    ``mnemoscope calibrate`` settings on the shipped data) into ``<cache>/profiles/<fingerprint>/``."""
+    from mnemoscope.data.records import read_records
+    from mnemoscope.pipelines.calibrate import calibrate_profile
+    from mnemoscope.pipelines.profile import (
+        CalibrationConfig,
+        ProfileError,
+        cached_profile_dir,
+        default_profile_path,
+        estimate_calibration_seconds,
+    )
+
+    try:
+        return default_profile_path(lm.info)
+    except ProfileError:
+        pass
+    out = cached_profile_dir(lm.info, cache)
+    records, _ = read_records(shipped_records())
+    records = sample_records(records, 240, 42)
+    eta = estimate_calibration_seconds(lm.info, len(records))
+    print(
+        f"mnemoscope: no profile for {lm.info.name}; calibrating one into {out} "
+        f"(about {eta / 60:.0f} min on one thread; resumable)",
+        file=sys.stderr,
+    )
+    calibrate_profile(lm, records, out, CalibrationConfig(labels="verify"), progress=not quiet)
+    return out
