@@ -117,18 +117,35 @@ def machine() -> dict[str, Any]:
     }
 
 
-def busiest(n: int = 12) -> list[str]:
-    """The processes using >= 5% CPU over the last second (``top``'s second iteration)."""
-    try:
-        out = subprocess.run(
-            ["top", "-c", "-b", "-n", "2", "-d", "1", "-w", "200"], capture_output=True, text=True, timeout=20
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    block = out.split("\n\n")[-1].strip().splitlines()  # the second iteration's process table
-    rows = [ln for ln in block[1:] if ln.strip()]
-    busy = [r.split() for r in rows if len(r.split()) > 11]
-    return [f"{r[8]}% {' '.join(r[11:])[:110]}" for r in busy[:n] if float(r[8]) >= 5.0]
+def _cpu_ticks() -> dict[int, tuple[int, str]]:
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        out[int(d.name)] = (
+            int(fields[11]) + int(fields[12]),
+            cmd or stat[stat.find("(") : stat.rfind(")") + 1],
+        )
+    return out
+
+
+def busiest(n: int = 12, window_s: float = 1.0) -> list[str]:
+    """The processes using >= 5% of a core over ``window_s`` (utime + stime from /proc)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    a = _cpu_ticks()
+    time.sleep(window_s)
+    b = _cpu_ticks()
+    use = sorted(
+        ((100.0 * (t - a[pid][0]) / hz / window_s, cmd) for pid, (t, cmd) in b.items() if pid in a),
+        reverse=True,
+    )
+    return [f"{pct:.0f}% {cmd[:110]}" for pct, cmd in use[:n] if pct >= 5.0]
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -352,6 +369,7 @@ def main() -> None:
         for conc in (int(x) for x in args.levels.split(",")):
             res = run_level(urls, conc, max(args.requests, conc), args.seconds)
             res["rss_kb_now"] = [rss_kb(p.pid) for p, _ in servers]
+            res["busiest_after"] = busiest()  # what else ran (the replicas themselves included)
             levels.append(res)
             print(json.dumps(res), flush=True)
     finally:
