@@ -75,12 +75,6 @@ def render_audit(d: dict[str, Any], *, colour: bool) -> str:
             f"  Profile: {st.get('summary')}"
             + ("" if st.get("ok") else f" - MARKED: {'; '.join(st.get('reasons') or [])}")
         )
-    st = g.get("profile")
-    if isinstance(st, dict):
-        lines.append(
-            f"  Profile: {st.get('summary')}"
-            + ("" if st.get("ok") else f" - MARKED: {'; '.join(st.get('reasons') or [])}")
-        )
     crm = d.get("crm")
     if crm:
         lines.append(
