@@ -67,6 +67,8 @@ class CRMExtractConfig:
             (stored apart, in ``grad/``).
         embedder: Level-1 sentence encoder spec (``"default"`` = packaged all-MiniLM-L6-v2;
             ``"none"`` skips Level 1).
+        stop: stop sequences that end a generated answer (:mod:`mnemoscope.trace.templates`;
+            an audit profile's calibration sets them, CRM experiments keep none).
     """
 
     template: str = "A"
@@ -79,6 +81,7 @@ class CRMExtractConfig:
     logit_lens: bool = True
     gradient_norm: bool = True
     embedder: str = "default"
+    stop: tuple[str, ...] = ()
 
     def resolved(self, lm: LoadedModel) -> CRMExtractConfig:
         """The config with ``chat="auto"`` decided for this model."""
@@ -90,7 +93,9 @@ class CRMExtractConfig:
         if self.chat == "auto":
             raise InputError("resolve chat='auto' against a model first (config.resolved(lm))")
         return PairConfig(
-            builder=PromptBuilder(template=self.template, task=self.task, chat=bool(self.chat)),
+            builder=PromptBuilder(
+                template=self.template, task=self.task, chat=bool(self.chat), stop=tuple(self.stop)
+            ),
             max_new_tokens=self.max_new_tokens,
             answer_without=True,
             hidden=True,
