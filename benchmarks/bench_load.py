@@ -10,6 +10,10 @@ were sent or ``--seconds`` passed. Reports per level: audits/s, p50/p99 latency,
 memory (RSS) of every server process sampled each second, and the log's size at the end; it
 ends with ``log verify`` of the database.
 
+CPU: the CPU time (user + system, ``/proc/PID/stat``) each replica, each PostgreSQL backend
+and the load generator used during each level, also per audit answered: what one audit costs
+each process, whatever else the machine is running.
+
 Memory: the resident set (RSS, ``/proc/PID/status``) of every process taking part is sampled
 each second: each server replica (and any child it starts), this load generator, and on
 PostgreSQL the database backends serving the replicas (found by ``application_name``, which
@@ -133,6 +137,16 @@ def _cpu_ticks() -> dict[int, tuple[int, str]]:
             cmd or stat[stat.find("(") : stat.rfind(")") + 1],
         )
     return out
+
+
+def cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = stat[stat.rfind(")") + 2 :].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def busiest(n: int = 12, window_s: float = 1.0) -> list[str]:
@@ -367,7 +381,23 @@ def main() -> None:
         run_level(urls, 1, 4, 60)  # warm-up (first audits load lazy parts)
         levels = []
         for conc in (int(x) for x in args.levels.split(",")):
+            procs = {f"server{i}": p.pid for i, (p, _) in enumerate(servers)}
+            if schema is not None:
+                with contextlib.suppress(Exception):
+                    procs.update({f"pg-backend{b}": b for b in pg_backends(db, schema)})
+            procs["loadgen"] = os.getpid()
+            cpu0 = {k: cpu_s(v) for k, v in procs.items()}
             res = run_level(urls, conc, max(args.requests, conc), args.seconds)
+            cpu1 = {k: cpu_s(v) for k, v in procs.items()}
+            spent = {
+                k: round(cpu1[k] - cpu0[k], 2)  # type: ignore[operator]
+                for k in procs
+                if cpu0[k] is not None and cpu1[k] is not None
+            }
+            res["cpu_s"] = spent  # CPU each process used during the level
+            res["cpu_ms_per_ok_audit"] = {
+                k: round(1e3 * v / res["ok"], 2) for k, v in spent.items() if res["ok"]
+            }
             res["rss_kb_now"] = [rss_kb(p.pid) for p, _ in servers]
             res["busiest_after"] = busiest()  # what else ran (the replicas themselves included)
             levels.append(res)
@@ -430,6 +460,20 @@ def main() -> None:
             f"{r['error_rate']} | {r['status']} | {mb['load']} -> {ma['load']} | "
             f"{mb['runnable_tasks']}/{ma['runnable_tasks']} |"
         )
+    lines += [
+        "",
+        "CPU per answered audit (ms; user + system, each process, during the level):",
+        "",
+        "| clients | "
+        + " | ".join(f"{k}" for k in ("replicas (sum)", "PostgreSQL backends (sum)", "load generator"))
+        + " |",
+        "|---|---|---|---|",
+    ]
+    for r in levels:
+        per = r.get("cpu_ms_per_ok_audit", {})
+        srv = sum(v for k, v in per.items() if k.startswith("server"))
+        pgb = sum(v for k, v in per.items() if k.startswith("pg-backend"))
+        lines.append(f"| {r['concurrency']} | {srv:.1f} | {pgb:.1f} | {per.get('loadgen', 0):.1f} |")
     lines += [
         "",
         "| process | samples | RSS first MB | max MB | last MB | growth over the 2nd half MB |",
