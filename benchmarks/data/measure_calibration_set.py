@@ -7,7 +7,8 @@
         --chat off --traces runs/calset-gemma --out benchmarks/results/calibration/data/gemma-3-270m.json
 
 Every item is traced once as a pair (``mnemoscope bench verify``'s settings: template A, T = 32,
-greedy, the closed-book answer on the no-context prompt of the same layout; resumable, written as it
+greedy, the closed-book answer on the no-context prompt of the same layout, a model without a chat
+template cut at the default stop sequences an audit uses; resumable, written as it
 goes, difficulty-1 items and the clean set first so that a partial run is already useful). The rule
 is the label check ``mnemoscope calibrate`` applies (answer or alias as a whole word,
 :func:`mnemoscope.bench.reliance.answer_matches`):
@@ -78,6 +79,7 @@ def generate_answers(
     import torch
     from tqdm.auto import tqdm
 
+    from mnemoscope.trace.pair import cut_at_stop
     from mnemoscope.trace.tracer import Tracer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,12 @@ def generate_answers(
                     eos_token_id=tracer.eos_ids,
                     pad_token_id=tracer.pad_id,
                 )
-            texts = tok.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+            texts = []
+            for row in out[:, ids.shape[1] :].tolist():
+                eos = [k for k, t in enumerate(row) if t in tracer.eos_ids]
+                row = row[: eos[0]] if eos else row
+                keep, _cut = cut_at_stop(tok, row, config.builder.stop)
+                texts.append(tok.decode(row[:keep], skip_special_tokens=True))
             for i, it in enumerate(batch):
                 row = {
                     "id": it["id"],
@@ -191,6 +198,61 @@ def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
     }
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The summary as Markdown tables (written next to the JSON)."""
+    m = result["model"]
+    run = result["run"]
+    lines = [
+        f"# Calibration set on {m.get('name')}",
+        "",
+        f"Command: `{result['command']}` (git {str(result.get('git_commit'))[:10]}, {result['created']}); "
+        f"{run['n_traced']} of {result['data']['n_items']} items answered; chat template "
+        f"{'on' if result['pair_config'].get('chat') else 'off'}, T = {result['pair_config']['max_new_tokens']}, "
+        f"stop {result['pair_config'].get('stop', [])}; 1 torch thread; load average at start/end "
+        f"{run['load_avg_start']} / {run['load_avg_end']}.",
+        "",
+        f"Kept: **{result['kept_memory_answers']} memory answers** (memorized + paraphrased) and "
+        f"**{result['kept_clean_answers']} clean answers**; conflicts labelled memory "
+        f"{result['conflict_labels']['memory']}, context {result['conflict_labels']['context']}.",
+        "",
+        "| kind | answered | kept | kept (closed-book only rule) |",
+        "|---|---|---|---|",
+    ]
+    for kind, c in result["by_kind"].items():
+        if kind == "conflict":
+            continue
+        lines.append(
+            f"| {kind} | {c.get('traced', 0)} | {c.get('kept', 0)} | {c.get('kept_closed_only', '')} |"
+        )
+    lines += ["", "| memory by difficulty / clean | answered | kept | rate |", "|---|---|---|---|"]
+    for key, c in result["by_difficulty"].items():
+        rate = c["kept"] / c["traced"] if c.get("traced") else float("nan")
+        lines.append(f"| {key} | {c['traced']} | {c['kept']} | {rate:.2f} |")
+    conf = result["by_kind"].get("conflict", {})
+    lines += [
+        "",
+        "Knowledge conflicts (answer with the counterfactual context):",
+        "",
+        "| difficulty | answered | follows context | states known answer | both | neither | known closed-book |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, c in result["conflict_by_difficulty"].items():
+        lines.append(
+            f"| {key} | {c.get('traced', 0)} | {c.get('follows_context', 0)} | {c.get('states_known', 0)} | "
+            f"{c.get('both', 0)} | {c.get('neither', 0)} | {c.get('known_closed_book', 0)} |"
+        )
+    if conf.get("traced"):
+        lines.append(
+            f"| all | {conf.get('traced', 0)} | {conf.get('follows_context', 0)} | {conf.get('states_known', 0)} | "
+            f"{conf.get('both', 0)} | {conf.get('neither', 0)} | |"
+        )
+    lines += ["", "| category | answered | kept | rate |", "|---|---|---|---|"]
+    for key, c in result["by_category"].items():
+        rate = c["kept"] / c["traced"] if c.get("traced") else float("nan")
+        lines.append(f"| {key} | {c['traced']} | {c['kept']} | {rate:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="default")
@@ -222,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     from mnemoscope.provenance import provenance
     from mnemoscope.trace import PairConfig, PairItem, PromptBuilder, load_traces
     from mnemoscope.trace.pipeline import run_pairs
+    from mnemoscope.trace.templates import default_stops
 
     items = sorted(load_calibration_items(), key=_priority)
     todo = items if args.limit is None else items[: args.limit]
@@ -230,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     lm = load_model(args.model)
     chat = bool(lm.info.has_chat_template) if args.chat == "auto" else args.chat == "on"
     config = PairConfig(
-        builder=PromptBuilder(template=args.template, chat=chat),
+        builder=PromptBuilder(template=args.template, chat=chat, stop=default_stops(chat)),
         max_new_tokens=args.max_new_tokens,
         answer_without=True,
     )
@@ -284,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
     rows_path = args.rows or args.out.with_suffix(".rows.jsonl")
     with rows_path.open("w") as f:
         for it in items:
