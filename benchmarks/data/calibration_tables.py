@@ -192,7 +192,6 @@ Venezuela | bolivar | 3 | bolívar
 Costa Rica | colon | 3 | colón
 Guatemala | quetzal | 3 |
 Paraguay | guarani | 3 | guaraní
-Bulgaria | lev | 3 |
 Cambodia | riel | 3 |
 Laos | kip | 3 |
 """
@@ -907,7 +906,6 @@ voice box | larynx | 2 | | pharynx
 breastbone | sternum | 2 | | patella
 thighbone | femur | 2 | | tibia
 jawbone | mandible | 3 | | maxilla
-skull | cranium | 3 | | mandible
 shinbone | tibia | 3 | | fibula
 """
 
