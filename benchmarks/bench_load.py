@@ -64,14 +64,20 @@ def free_port() -> int:
 
 
 def start(
-    model: str, profile: str | None, db: str, log: Path, extra: list[str], ready_s: float
+    model: str,
+    profile: str | None,
+    db: str,
+    log: Path,
+    extra: list[str],
+    ready_s: float,
+    request_timeout_s: float = 600,
 ) -> tuple[Any, str]:
     port = free_port()
     env = {
         **os.environ,
         "MNEMOSCOPE_API_KEYS": API_KEY,
         "PYTHONUNBUFFERED": "1",
-        "MNEMOSCOPE_REQUEST_TIMEOUT_S": "600",
+        "MNEMOSCOPE_REQUEST_TIMEOUT_S": str(request_timeout_s),
     }
     cmd = [sys.executable, "-m", "mnemoscope", "--quiet", "serve", "--model", model, "--db", db]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--threads", "1", *extra]
@@ -334,6 +340,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400, help="audits per level at most")
     ap.add_argument("--seconds", type=float, default=60, help="seconds per level at most")
     ap.add_argument("--ready-s", type=float, default=600)
+    ap.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=600,
+        help="the servers' request timeout (504 after it): bounds how long a level drains its queue",
+    )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results" / "server")
     ap.add_argument("--work", type=Path, default=Path("/tmp/mnemoscope-bench-load"))
@@ -374,7 +386,17 @@ def main() -> None:
     busy_start = busiest()
     try:
         for i in range(args.replicas):
-            servers.append(start(model, profile, db, args.work / f"server{i}.log", extra, args.ready_s))
+            servers.append(
+                start(
+                    model,
+                    profile,
+                    db,
+                    args.work / f"server{i}.log",
+                    extra,
+                    args.ready_s,
+                    args.request_timeout_s,
+                )
+            )
         sampler = threading.Thread(target=sample_memory, args=(servers, db, schema, rss, stop), daemon=True)
         sampler.start()
         urls = [u for _, u in servers]
@@ -423,7 +445,11 @@ def main() -> None:
         "backend": "postgresql" if args.db else "sqlite",
         "replicas": args.replicas,
         "threads_per_server": 1,
-        "bounds": {"requests_per_level": args.requests, "seconds_per_level": args.seconds},
+        "bounds": {
+            "requests_per_level": args.requests,
+            "seconds_per_level": args.seconds,
+            "request_timeout_s": args.request_timeout_s,
+        },
         "note": "loopback, closed-loop clients, shared 2-core machine (load per level)",
         "provenance": prov,
         "started_utc": run_started,
@@ -447,7 +473,8 @@ def main() -> None:
         "",
         f"Command: `{out['provenance']['command']}` at {out['provenance']['git_commit']}, "
         f"{out['started_utc']} - {out['ended_utc']}; shared 2-core machine. Each level: at most "
-        f"{args.requests} audits or {args.seconds:g} s.",
+        f"{args.requests} audits or {args.seconds:g} s (then in-flight requests finish; server request "
+        f"timeout {args.request_timeout_s:g} s).",
         "",
         "| clients | sent | ok | audits/s | p50 ms | p99 ms | error rate | statuses | load 1/5/15 before -> after "
         "| runnable tasks before/after |",
