@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from mnemoscope.cli.options import add_engine_args, add_model_args
+from mnemoscope.cli.options import add_engine_args, add_model_args, add_stop_arg, stops_from_args
 from mnemoscope.cli.render import render_audit, use_colour
 
 __all__ = ["register"]
@@ -68,6 +68,7 @@ def register(sub: Any) -> None:
         "--max-new-tokens", "-T", type=int, default=None, help="answer length (default: profile's)"
     )
     p.add_argument("--batch-size", type=int, default=8)
+    add_stop_arg(p)
     add_engine_args(p)
     from mnemoscope.cli.endpoint_args import add_endpoint_args
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         profile,
         rule=args.rule,
         batch_size=args.batch_size,
-        layout=None if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens},
+        layout=_asked_layout(args),
     )
     if args.input:
         summary = run_audit_file(
@@ -139,6 +140,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
     return 0
+
+
+def _asked_layout(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line asks beyond the profile (refused by the Auditor when it differs)."""
+    asked: dict[str, Any] = {}
+    if args.max_new_tokens is not None:
+        asked["max_new_tokens"] = args.max_new_tokens
+    stops = stops_from_args(args)
+    if stops is not None:
+        asked["stop"] = list(stops)
+    return asked
 
 
 def _report(args: argparse.Namespace, rc: int) -> int:

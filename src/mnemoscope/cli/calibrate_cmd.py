@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from mnemoscope.cli.endpoint_args import add_endpoint_args
-from mnemoscope.cli.options import add_chat_arg, add_model_args, load_from_args
+from mnemoscope.cli.options import (
+    add_chat_arg,
+    add_model_args,
+    add_stop_arg,
+    load_from_args,
+    stops_from_args,
+)
 
 __all__ = ["SHIPPED", "auto_profile", "print_card", "register", "shipped_records"]
 
@@ -67,6 +73,7 @@ def register(sub: Any) -> None:
     c.add_argument("--template", default="A")
     c.add_argument("--task", default="plain", choices=["plain", "qa", "continuation", "summarization"])
     add_chat_arg(c)
+    add_stop_arg(c)
     c.add_argument("--max-new-tokens", "-T", type=int, default=32)
     c.add_argument("--batch-size", type=int, default=8)
     c.add_argument("--classifier", choices=["auto", "lr", "xgb", "none"], default="auto")
@@ -167,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         labels=args.labels,
         held_out_fraction=args.held_out_fraction,
         min_per_class=args.min_per_class,
+        stop=stops_from_args(args),
     )
     lm = load_from_args(args)
     prof = calibrate_profile(

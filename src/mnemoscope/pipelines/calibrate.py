@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from mnemoscope.pipelines.profile import (
 from mnemoscope.pipelines.signals import answer_pieces, trace_signals
 from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
 from mnemoscope.stats.conformal import conformal_upper
+from mnemoscope.trace.templates import default_stops
 
 __all__ = [
     "calibrate_profile",
@@ -134,6 +135,9 @@ def calibrate_profile(
         gradient_norm=False,
         embedder=c.embedder if use_l1 else "none",
     ).resolved(lm)
+    stops = tuple(c.stop) if c.stop is not None else default_stops(bool(ex_cfg.chat))
+    if stops and "stop" in {f.name for f in fields(ex_cfg)}:
+        ex_cfg = replace(ex_cfg, stop=stops)  # type: ignore[call-arg,unused-ignore]
     summary = extract(
         lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
     )
@@ -163,7 +167,7 @@ def calibrate_profile(
             getattr(lm.tokenizer, "chat_template", None) if header["prompt"].get("chat") else None
         ),
         "max_new_tokens": c.max_new_tokens,
-        "stop": list(c.stop),
+        "stop": list(stops),
     }
     header["labels"] = check.summary()
     split = _split_record(c, [folder_v.pairs[i].id for i in ho], labels_all, cal, ho)

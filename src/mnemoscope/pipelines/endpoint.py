@@ -120,7 +120,7 @@ class EndpointCalibrationConfig:
     labels: Literal["verify", "given"] = "given"
     held_out_fraction: float = 1 / 3
     min_per_class: int = 10
-    stop: tuple[str, ...] = ()
+    stop: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.verdict_candidates) - set(BLACK_BOX_SIGNALS))
@@ -316,6 +316,7 @@ def calibrate_endpoint_profile(
     from mnemoscope.pipelines.profile import chat_template_sha256
     from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
     from mnemoscope.trace.endpoint import load_chat_template
+    from mnemoscope.trace.templates import default_stops
 
     t0 = time.perf_counter()
     c = config or EndpointCalibrationConfig()
@@ -324,7 +325,9 @@ def calibrate_endpoint_profile(
     caps = client.require_teacher_forcing()
     client.require_top_k(c.top_k)
     tpl = load_chat_template(c.chat_template, eos_text=c.eos_text)
-    builder = PromptBuilder(template=c.template, task=c.task, chat=tpl.chat_template is not None)
+    chat = tpl.chat_template is not None
+    stops = tuple(c.stop) if c.stop is not None else default_stops(chat)
+    builder = PromptBuilder(template=c.template, task=c.task, chat=chat, stop=stops)
     pcfg = EndpointPairConfig(builder=builder, template=tpl, max_new_tokens=c.max_new_tokens, top_k=c.top_k)
     fp = client.fingerprint()
     model = endpoint_model_info(client, fp)
@@ -406,7 +409,7 @@ def calibrate_endpoint_profile(
             "prompt": builder.to_dict(),
             "chat_template_sha256": chat_template_sha256(tpl.chat_template),
             "max_new_tokens": c.max_new_tokens,
-            "stop": list(c.stop),
+            "stop": list(stops),
         },
         "config": asdict(c),
         "repcs": repcs.calibration_record(kl_source=f"endpoint top-k estimate (k={c.top_k})"),

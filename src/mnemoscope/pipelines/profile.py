@@ -114,7 +114,9 @@ class CalibrationConfig:
             card; 0 = no held-out part (the card says "not measured").
         min_per_class: with ``labels="verify"``, fewer verified items of a class than this is an
             error naming the counts.
-        stop: stop sequences that end an answer (recorded in the layout; audits must reuse them).
+        stop: stop sequences that end an answer (recorded in the layout; audits reuse them);
+            ``None`` = the layout's default (:func:`mnemoscope.trace.templates.default_stops`:
+            none with a chat template, a blank line or a new "Question:"/"Context:" cue without).
     """
 
     template: str = "A"
@@ -145,7 +147,7 @@ class CalibrationConfig:
     labels: Literal["verify", "given"] = "given"
     held_out_fraction: float = 1 / 3
     min_per_class: int = 10
-    stop: tuple[str, ...] = ()
+    stop: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,11 @@ class AuditProfile:
     def builder(self) -> PromptBuilder:
         p = self.header["prompt"]
         return PromptBuilder(
-            template=p["template"], task=p["task"], chat=bool(p["chat"]), system_prompt=p.get("system_prompt")
+            template=p["template"],
+            task=p["task"],
+            chat=bool(p["chat"]),
+            system_prompt=p.get("system_prompt"),
+            stop=self.stop,
         )
 
     @property
@@ -469,7 +475,11 @@ def _load_endpoint(path: Path, header: dict[str, Any]) -> AuditProfile:
     try:
         p = header["prompt"]
         builder = PromptBuilder(
-            template=p["template"], task=p["task"], chat=bool(p["chat"]), system_prompt=p.get("system_prompt")
+            template=p["template"],
+            task=p["task"],
+            chat=bool(p["chat"]),
+            system_prompt=p.get("system_prompt"),
+            stop=tuple((header.get("layout") or {}).get("stop") or ()),
         )
         settings = EndpointSettings(
             pair_config=EndpointPairConfig(

@@ -1,0 +1,236 @@
+"""Calibration that verifies its labels, the validation card, the layout check and bad input (issue 27).
+
+Tiny random models where the real one is not needed; one test on the real default model (an item
+it cannot know, mislabelled as memory, is dropped by the verification calibrate runs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mnemoscope.bench.label_check import check_item, check_verifiable, verify_labels
+from mnemoscope.data.records import Record
+from mnemoscope.errors import InputError
+from mnemoscope.pipelines.calibrate import calibrate_profile, check_class_counts
+from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile
+from mnemoscope.pipelines.validation import (
+    binomial_ci,
+    read_held_out,
+    source_of_row,
+    split_by_fact,
+    validation_from_rows,
+)
+
+
+def _rec(i: int, label: int, answer: str, **extra: Any) -> Record:
+    return Record(
+        id=f"r{i}",
+        context=f"The town of Zor{i} lies on the river Ka{i % 5}.",
+        query=f"Where is Zor{i}?",
+        label=label,
+        extra={"answer": answer, **extra},
+    )
+
+
+# -- the rule (pure) -------------------------------------------------------------------------------
+
+
+def test_rule_per_kind() -> None:
+    mem = {"id": "m", "kind": "memorized", "label": 1, "answer": "Paris"}
+    clean = {"id": "c", "kind": "clean", "label": 0, "answer": "Zorblat"}
+    conflict = {"id": "k", "kind": "conflict", "label": 1, "answer": "Paris", "context_answer": "Lyon"}
+    assert check_item(mem, "Paris.", "It is Paris").label == 1
+    assert check_item(mem, "London", "Paris").reason == "not answered closed-book"
+    assert check_item(mem, "Paris", "Lyon").reason == "not answered with the context"
+    assert check_item(clean, "no idea", "Zorblat").label == 0
+    assert check_item(clean, "Zorblat", "Zorblat").reason == "answered closed-book"
+    # a conflict item is labelled by the answer given WITH the context, whatever its given label
+    assert check_item(conflict, None, "The capital is Paris.").label == 1
+    assert check_item(conflict, None, "The capital is Lyon.").label == 0
+    assert check_item(conflict, None, "Marseille").label is None
+    assert check_item(conflict, None, "Paris, not Lyon").reason == "gave both answers"
+    chk = verify_labels([mem, clean, conflict], {"m": ("Paris", "Paris"), "c": ("x", "x"), "k": ("Lyon", "")})
+    assert chk.counts["conflict"] == {"total": 1, "kept": 1, "dropped": 0, "memory": 0, "context": 1}
+    assert chk.reasons == {"clean": {"not answered with the context": 1}}
+    assert chk.n_class() == {"memory": 1, "context": 1}
+    # given labels are kept as they are
+    given = verify_labels([clean], {"c": ("x", "x")}, mode="given")
+    assert [(d.label, d.keep) for d in given.decisions] == [(0, True)]
+
+
+def test_bad_input_is_named_before_any_model_call() -> None:
+    recs = [_rec(0, 1, "Ka0"), Record(id="r1", context="c", query="q", label=0)]
+    with pytest.raises(InputError, match=r"record r1, field 'answer'.*--labels given"):
+        check_verifiable(recs)
+    with pytest.raises(InputError, match="context_answer"):
+        check_verifiable([_rec(2, 1, "Ka2", kind="conflict", context_answer="")])
+    # every item failing verification is an error that says so, with the counts per kind
+    items = [{"id": f"m{i}", "kind": "memorized", "label": 1, "answer": "Paris"} for i in range(3)]
+    with pytest.raises(InputError, match=r"all 3 items failed label verification.*memorized: 0/3 kept"):
+        verify_labels(items, {f"m{i}": ("London", "London") for i in range(3)})
+    # too few verified items per class: the counts are named
+    chk = verify_labels(
+        [*items, {"id": "c", "kind": "clean", "label": 0, "answer": "Zor"}],
+        {"m0": ("Paris", "Paris"), "m1": ("Paris", "Paris"), "m2": ("x", "x"), "c": ("Zor", "")},
+    )
+    with pytest.raises(InputError, match=r"2 memory and 1 context-needed kept \(at least 5"):
+        check_class_counts(chk, 5)
+
+
+def test_split_keeps_facts_whole_and_stratifies() -> None:
+    labels = [1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0] * 3
+    groups = [f"f{i // 2}" for i in range(len(labels))]  # pairs of items share a fact
+    cal, ho = split_by_fact(labels, groups, seed=0, fraction=1 / 3)
+    assert len(set(cal) & set(ho)) == 0 and len(cal) + len(ho) == len(labels)
+    assert not {groups[i] for i in cal} & {groups[i] for i in ho}
+    assert {labels[i] for i in ho} == {0, 1}
+    assert split_by_fact(labels[:4], groups[:4], seed=0, fraction=1 / 3)[1].size == 0  # too few facts
+
+
+def test_binomial_ci_matches_scipy() -> None:
+    from scipy.stats import binomtest
+
+    for k, n in ((0, 20), (1, 33), (7, 40), (20, 20)):
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert np.allclose(binomial_ci(k, n), (ci.low, ci.high))
+
+
+# -- calibrate on a tiny model: the card equals a recomputation from the stored rows --------------
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    from helpers import tiny_lm
+    from server_helpers import tiny_records
+
+    lm = tiny_lm(layers=3)
+    out = tmp_path_factory.mktemp("calib") / "profile"
+    calibrate_profile(
+        lm, tiny_records(48), out, CalibrationConfig(max_new_tokens=4, chat=False), progress=False
+    )
+    return lm, out
+
+
+def test_card_numbers_equal_a_recomputation_from_the_stored_held_out_rows(tiny_profile: Any) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from mnemoscope.stats import auc_ci
+
+    lm, out = tiny_profile
+    prof = load_profile(out, model=lm.info)
+    card = prof.validation
+    assert card is not None and card["profile_hash"] == prof.content_hash
+    rows = read_held_out(out)
+    assert len(rows) == card["held_out"]["n"] > 0
+    held = set(prof.header["split"]["held_out_ids"])
+    assert {r["id"] for r in rows} == held
+    y = np.array([r["label"] for r in rows])
+    pm = np.array([r["p_memory"] for r in rows])
+    flag = np.array([r["memory_flag"] for r in rows])
+    assert card["auc"]["estimate"] == pytest.approx(roc_auc_score(y, pm))
+    e = auc_ci(pm, y, n_resamples=1000, rng=0)
+    assert card["auc"]["ci"] == pytest.approx([e.ci_low, e.ci_high])
+    n_ctx, n_mem = int((y == 0).sum()), int((y == 1).sum())
+    assert card["false_flags"] == int(flag[y == 0].sum())
+    assert card["false_flag_rate"] == pytest.approx(flag[y == 0].mean())
+    assert card["false_flag_ci"] == pytest.approx(list(binomial_ci(card["false_flags"], n_ctx)))
+    assert card["memory_recall"] == pytest.approx(flag[y == 1].mean())
+    assert (card["held_out"]["n_memory"], card["held_out"]["n_context"]) == (n_mem, n_ctx)
+    # the three-way matrix: the source decision re-run on the stored tokens gives what the audit said
+    truth = ["memory" if v == 1 else "context" for v in y]
+    for t in ("memory", "context"):
+        assert card["confusion"][t] == dict(
+            Counter(r["source"] for r, tt in zip(rows, truth, strict=True) if tt == t)
+        )
+    assert [source_of_row(r) for r in rows] == [r["source"] for r in rows]
+    assert card == {**card, **validation_from_rows(rows, alpha=card["alpha"])}
+    # the split: calibration and held-out counts add up, and fit ≠ held-out
+    sp = prof.header["split"]
+    assert sp["n_held_out"] == {"memory": n_mem, "context": n_ctx}
+    assert sp["n_calibration"]["memory"] + n_mem == 24 and prof.header["data"]["n_fit"] == 48 - len(rows)
+
+
+def test_a_marked_profile_says_so_in_every_audit_and_the_layout_is_checked(tiny_profile: Any) -> None:
+    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.pipelines.validation import profile_status
+
+    lm, out = tiny_profile
+    prof = load_profile(out, model=lm.info)
+    st = profile_status(prof)
+    assert not st["ok"] and any("not certified" in r or "below 0.8" in r for r in st["reasons"])
+    r = Auditor(lm, prof).audit_one("Zor3 lies on Ka3.", "Where is Zor3?")
+    assert r.guarantee["profile"] == st and r.notes[0].startswith("the profile behind this audit is marked")
+    assert prof.layout["max_new_tokens"] == 4 and prof.layout["stop"]  # no chat template: default stops
+    with pytest.raises(ProfileError, match=r"T \(max_new_tokens\): profile 4 vs audit 8"):
+        Auditor(lm, prof, layout={"max_new_tokens": 8})
+    with pytest.raises(ProfileError, match="stop sequences"):
+        Auditor(lm, prof, layout={"stop": ["END"]})
+    Auditor(lm, prof, layout={"max_new_tokens": 4, "stop": prof.layout["stop"]})  # the same: accepted
+
+
+def test_a_model_without_profile_names_the_command_and_the_cache_is_found(
+    tiny_profile: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.pipelines.profile import cached_profile_dir, default_profile_path
+
+    lm, out = tiny_profile
+    monkeypatch.setenv("MNEMOSCOPE_CACHE_DIR", str(tmp_path))
+    with pytest.raises(
+        ProfileError, match=r"`mnemoscope calibrate --model .* --out .*profiles.*` \(about \d+ min"
+    ):
+        default_profile_path(lm.info)
+    shutil.copytree(out, cached_profile_dir(lm.info), ignore=shutil.ignore_patterns("traces"))
+    assert default_profile_path(lm.info) == cached_profile_dir(lm.info)
+    assert Auditor.for_model(lm).profile.content_hash == load_profile(out).content_hash
+
+
+def test_verify_mode_refuses_a_tiny_model_that_answers_nothing(tmp_path: Path) -> None:
+    from helpers import tiny_lm
+
+    lm = tiny_lm(layers=2)
+    recs = [_rec(i, 1, "Paris") for i in range(6)]
+    with pytest.raises(InputError, match="all 6 items failed label verification on this model"):
+        calibrate_profile(
+            lm,
+            recs,
+            tmp_path / "p",
+            CalibrationConfig(max_new_tokens=2, chat=False, labels="verify"),
+            progress=False,
+        )
+
+
+# -- the real default model --------------------------------------------------------------------------
+
+
+def test_real_model_drops_an_invented_item_mislabelled_as_memory(real_lm: Any, tmp_path: Path) -> None:
+    """calibrate's verification on the real model: a fact it knows stays memory, an invented one it
+    cannot know (labelled memory by mistake) is dropped, an invented one with its context is clean."""
+    from mnemoscope.bench.verify import verify_reliance
+    from mnemoscope.trace import PairConfig
+    from mnemoscope.trace.templates import PromptBuilder
+
+    items = [
+        {"id": "known", "kind": "memorized", "label": 1, "answer": "Paris",
+         "context": "Paris is the capital and largest city of France.", "query": "What is the capital of France?"},
+        {"id": "invented-as-memory", "kind": "memorized", "label": 1, "answer": "Vrelmouth",
+         "context": "The capital of the island of Quastova is Vrelmouth.",
+         "query": "What is the capital of the island of Quastova?"},
+        {"id": "invented", "kind": "clean", "label": 0, "answer": "Dornavel",
+         "context": "The capital of the island of Pellinar is Dornavel.",
+         "query": "What is the capital of the island of Pellinar?"},
+    ]  # fmt: skip
+    cfg = PairConfig(builder=PromptBuilder(chat=True), max_new_tokens=24, answer_without=True)
+    res = verify_reliance(real_lm, items, tmp_path, cfg, batch_size=3, progress=False)
+    kept = {json.loads(x)["id"] for x in (tmp_path / "verified.jsonl").read_text().splitlines()}
+    assert "invented-as-memory" not in kept
+    assert res["dropped_reasons"]["memorized"].get("not answered closed-book") == 1
+    assert {"known", "invented"} <= kept, res
