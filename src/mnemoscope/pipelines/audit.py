@@ -335,7 +335,11 @@ class Auditor:
             identical_prompts=bool(t.identical_prompts),
             notes=[*notes, *self.backend.notes(t)],
             memory_flag=v.memory_flag,
-            extra=self.backend.result_fields(t),
+            # with stop sequences in effect: where the answer was cut (``null``: it ended by itself)
+            extra={
+                **self.backend.result_fields(t),
+                **({"answer_cut": t.answer_cut} if prof.builder.stop else {}),
+            },
         )
 
 

@@ -380,6 +380,12 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
         context=m.trace.context,
     )
     guarantee = rule.guarantee(profile)
+    cut = getattr(m.trace, "answer_cut", None)
+    if cut:
+        notes.append(
+            f"the model went on writing after its answer: the audited answer ends at the stop sequence "
+            f"{cut['stop']!r} (after {cut['token']} tokens), as an app would cut it"
+        )
     if m.identical_prompts:
         notes.append("empty context: both paths are identical, every statistic is 0 by construction")
     return Verdict(
