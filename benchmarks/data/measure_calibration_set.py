@@ -9,7 +9,7 @@
 Every item is traced once as a pair (``mnemoscope bench verify``'s settings: template A, T = 32,
 greedy, the closed-book answer on the no-context prompt of the same layout, a model without a chat
 template cut at the default stop sequences an audit uses; resumable, written as it
-goes, difficulty-1 items and the clean set first so that a partial run is already useful). The rule
+goes, in a weighted round-robin over the strata so that a partial run is a stratified sample). The rule
 is the label check ``mnemoscope calibrate`` applies (answer or alias as a whole word,
 :func:`mnemoscope.bench.reliance.answer_matches`):
 
@@ -130,24 +130,42 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _priority(item: dict[str, Any]) -> tuple[int, str]:
-    """Tracing order, so that a partial run is a useful sample: difficulty-1 memory, the clean set,
-    half of the difficulty-2/3 facts (by a hash of the fact), difficulty-1 conflicts, difficulty-2
-    conflicts, the other half of the difficulty-2/3 facts."""
-    import hashlib
+# Strata and their shares of the answering order: the items are answered in a weighted round-robin
+# over the strata (random within each, by a hash of the fact), so that a run stopped at any point has
+# answered a stratified sample (the summary reports each stratum's answered count and rate).
+STRATA = {
+    "memory d1": 0.25,
+    "clean": 0.30,
+    "memory d2": 0.12,
+    "memory d3": 0.12,
+    "conflict d1": 0.14,
+    "conflict d2": 0.07,
+}
 
-    h = hashlib.sha256(item["fact_id"].encode()).hexdigest()
-    half = int(h[:2], 16) % 2
+
+def stratum(item: dict[str, Any]) -> str:
     kind, diff = item["kind"], item.get("difficulty")
     if kind == "clean":
-        tier = 1
-    elif kind == "conflict":
-        tier = 3 if diff == 1 else 4
-    elif diff == 1:
-        tier = 0
-    else:
-        tier = 2 if half == 0 else 5
-    return (tier, h)
+        return "clean"
+    return f"{'conflict' if kind == 'conflict' else 'memory'} d{diff}"
+
+
+def answering_order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` in the weighted round-robin order over :data:`STRATA` (a fact's question and its
+    paraphrase stay next to each other)."""
+    import hashlib
+
+    def h(it: dict[str, Any]) -> str:
+        return hashlib.sha256(it["fact_id"].encode()).hexdigest() + it["id"]
+
+    by: dict[str, list[dict[str, Any]]] = {}
+    for it in sorted(items, key=h):
+        by.setdefault(stratum(it), []).append(it)
+    keyed = []
+    for name, rows in by.items():
+        for rank, it in enumerate(rows):
+            keyed.append(((rank + 1) / STRATA[name], name, it))
+    return [it for _, _, it in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -286,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     from mnemoscope.trace.pipeline import run_pairs
     from mnemoscope.trace.templates import default_stops
 
-    items = sorted(load_calibration_items(), key=_priority)
+    items = answering_order(load_calibration_items())
     todo = items if args.limit is None else items[: args.limit]
     load_start = os.getloadavg()
     t0 = time.perf_counter()
