@@ -174,6 +174,7 @@ def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
     by_diff: dict[str, Counter[str]] = {}
     by_cat: dict[str, Counter[str]] = {}
     conflict: dict[str, Counter[str]] = {}
+    sizes = Counter(stratum(it) for it in items)
     for it in items:
         r = rows.get(it["id"])
         kind = it["kind"]
@@ -184,7 +185,7 @@ def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
         c["traced"] += 1
         if kind == "conflict":
             c[r["outcome"]] += 1
-            cc = conflict.setdefault(f"difficulty {it['difficulty']}", Counter())
+            cc = conflict.setdefault(stratum(it), Counter())
             cc["traced"] += 1
             cc[r["outcome"]] += 1
             if r["closed_book_correct"]:
@@ -194,20 +195,30 @@ def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
         c["kept"] += int(r["kept"])
         if kind in mem_kinds:
             c["kept_closed_only"] += int(r["kept_closed_only"])
-        diff_key = "clean" if kind == "clean" else f"memory, difficulty {it['difficulty']}"
-        d = by_diff.setdefault(diff_key, Counter())
+        d = by_diff.setdefault(stratum(it), Counter())
         d["traced"] += 1
         d["kept"] += int(r["kept"])
         cat_key = f"{it['category']} ({'clean' if kind == 'clean' else 'memory'})"
         k = by_cat.setdefault(cat_key, Counter())
         k["traced"] += 1
         k["kept"] += int(r["kept"])
+    for name, d in by_diff.items():
+        d["total"] = sizes[name]
+        # the stratum's rate times its size: what a run over the whole set would keep (an estimate
+        # from the random sample answered, exact when the stratum was answered in full)
+        d["expected_kept_full_set"] = round(d["kept"] / d["traced"] * sizes[name]) if d["traced"] else 0
+    for name, d in conflict.items():
+        d["total"] = sizes[name]
     kept_memory = sum(by_kind.get(k, Counter())["kept"] for k in mem_kinds)
     kept_clean = by_kind.get("clean", Counter())["kept"]
     conf = by_kind.get("conflict", Counter())
     return {
         "kept_memory_answers": kept_memory,
         "kept_clean_answers": kept_clean,
+        "expected_kept_full_set": {
+            "memory": sum(d["expected_kept_full_set"] for n, d in by_diff.items() if n != "clean"),
+            "clean": by_diff.get("clean", Counter())["expected_kept_full_set"],
+        },
         "conflict_labels": {"memory": conf["states_known"], "context": conf["follows_context"]},
         "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
         "by_difficulty": {k: dict(v) for k, v in sorted(by_diff.items())},
@@ -242,26 +253,37 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {kind} | {c.get('traced', 0)} | {c.get('kept', 0)} | {c.get('kept_closed_only', '')} |"
         )
-    lines += ["", "| memory by difficulty / clean | answered | kept | rate |", "|---|---|---|---|"]
+    exp = result["expected_kept_full_set"]
+    lines += [
+        "",
+        f"Expected on the whole set (each stratum's rate times its size): {exp['memory']} memory answers, "
+        f"{exp['clean']} clean answers.",
+        "",
+        "| stratum | items | answered | kept | rate | expected kept, whole set |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, c in result["by_difficulty"].items():
         rate = c["kept"] / c["traced"] if c.get("traced") else float("nan")
-        lines.append(f"| {key} | {c['traced']} | {c['kept']} | {rate:.2f} |")
+        lines.append(
+            f"| {key} | {c['total']} | {c['traced']} | {c['kept']} | {rate:.2f} | {c['expected_kept_full_set']} |"
+        )
     conf = result["by_kind"].get("conflict", {})
     lines += [
         "",
         "Knowledge conflicts (answer with the counterfactual context):",
         "",
-        "| difficulty | answered | follows context | states known answer | both | neither | known closed-book |",
-        "|---|---|---|---|---|---|---|",
+        "| stratum | items | answered | follows context | states known answer | both | neither | known closed-book |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for key, c in result["conflict_by_difficulty"].items():
         lines.append(
-            f"| {key} | {c.get('traced', 0)} | {c.get('follows_context', 0)} | {c.get('states_known', 0)} | "
+            f"| {key} | {c.get('total', 0)} | {c.get('traced', 0)} | {c.get('follows_context', 0)} | "
+            f"{c.get('states_known', 0)} | "
             f"{c.get('both', 0)} | {c.get('neither', 0)} | {c.get('known_closed_book', 0)} |"
         )
     if conf.get("traced"):
         lines.append(
-            f"| all | {conf.get('traced', 0)} | {conf.get('follows_context', 0)} | {conf.get('states_known', 0)} | "
+            f"| all | {conf.get('total', 0)} | {conf.get('traced', 0)} | {conf.get('follows_context', 0)} | {conf.get('states_known', 0)} | "
             f"{conf.get('both', 0)} | {conf.get('neither', 0)} | |"
         )
     lines += ["", "| category | answered | kept | rate |", "|---|---|---|---|"]
