@@ -172,3 +172,40 @@ def test_shipped_file_is_what_the_tables_build() -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.dumps(mod.build_records()) == default_path().read_text(encoding="utf-8")
+
+
+def _measure_module() -> Any:
+    path = ROOT / "benchmarks" / "data" / "measure_calibration_set.py"
+    spec = importlib.util.spec_from_file_location("measure_calibration_set", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not BUILD.is_file(), reason="benchmarks/ is not in this source tree")
+def test_measurement_rules_and_stratified_order(items: list[dict[str, Any]]) -> None:
+    m = _measure_module()
+    by_id = {it["id"]: it for it in items}
+    mem, clean, conf = (
+        by_id["cal-mem-capital-france"],
+        next(it for it in items if it["kind"] == "clean"),
+        by_id["cal-conf-capital-france"],
+    )
+    assert m.outcome(mem, "Paris.", "It is Paris.")["kept"]
+    assert not m.outcome(mem, "Paris.", "I do not know.")["kept"]  # memory needs the open-book answer too
+    assert m.outcome(mem, "Paris.", "I do not know.")["kept_closed_only"]
+    assert m.outcome(clean, "I do not know.", f"It is {clean['answer']}.")["kept"]
+    assert not m.outcome(clean, clean["answer"], clean["answer"])["kept"]
+    assert m.outcome(conf, "Paris", "The capital is Lyon.")["outcome"] == "follows_context"
+    assert m.outcome(conf, "Paris", "Paris, not Lyon.")["outcome"] == "both"
+    assert m.outcome(conf, "Paris", "It is Paris.")["outcome"] == "states_known"
+    assert m.outcome(conf, "Paris", "Marseille")["outcome"] == "neither"
+    order = m.answering_order(items)
+    assert sorted(it["id"] for it in order) == sorted(by_id)
+    head = Counter(m.stratum(it) for it in order[:400])  # any prefix is a sample of every stratum
+    assert set(head) == set(m.STRATA) and head["clean"] > head["conflict d2"]
+    rows = {it["id"]: m.outcome(it, "", it["answer"]) for it in order[:200] if it["kind"] != "conflict"}
+    summary = m.summarise(items, rows)
+    assert summary["kept_clean_answers"] == sum(it["kind"] == "clean" for it in order[:200])
+    assert summary["kept_memory_answers"] == 0  # nothing answered closed-book
