@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.profile import CalibrationConfig
 
     path = args.input
-    if path == SHIPPED:
+    if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
         path = shipped_records()
         if args.max_records is None:
             args.max_records = 240
