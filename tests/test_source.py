@@ -192,3 +192,12 @@ def test_render_marks_query_words_distinctly() -> None:
     assert "[q: ...] = copied from the query" in out
     assert "ends at stop sequence '\\n\\n' (character 40, after 12 tokens)" in out
     assert "\033[4;36mHask-Delano" in render_audit(d, colour=True)
+
+
+def test_leaning_memory_without_flag_is_context_when_what_it_names_is_context_supported() -> None:
+    kw = {"identical_prompts": False, "p_memory": 0.8, "memory_flag": False, "query": "Who?", "context": "c"}
+    src, why = decide_source(answer="x", tokens=_words([("Kiaso", "context"), (" Kryntel", "context")]), **kw)
+    assert src == "context" and "Kiaso" in why and "under the calibrated threshold" in why
+    # nothing it names is context-supported: it stays undetermined (leans memory, no flag)
+    assert decide_source(answer="x", tokens=_words([("Paris", "memory")]), **kw)[0] == "undetermined"
+    assert decide_source(answer="x", tokens=_words([("Paris", "neutral")]), **kw)[0] == "undetermined"

@@ -310,9 +310,9 @@ def decide_source(
     * ``mixed`` when the answer has a content word from memory that the context does not support
       and the query does not contain, next to a context-supported content word
       (:func:`source_evidence`; words copied from the query are never evidence);
-    * otherwise flagged as memory: ``memory``; not flagged: ``context`` when the answer leans on
-      the context, ``undetermined`` when p_memory leans towards memory but stays under the flag
-      threshold.
+    * otherwise flagged as memory: ``memory``; not flagged: ``context``, except when p_memory leans
+      towards memory (> 0.5) under the flag threshold and no content word of the answer is
+      context-supported: ``undetermined``.
 
     ``tokens`` (the attribution; default: words of ``spans``) give each word's token count, which
     the content-word test reads as rarity.
@@ -336,8 +336,15 @@ def decide_source(
     if memory_flag:
         return "memory", "Answered from memory: the model gives this answer without the context."
     if p_memory is not None and p_memory > 0.5:
+        if ctx:
+            named = ", ".join(dict.fromkeys(w.text for w in ctx[:3]))
+            return "context", (
+                f"Answered from the context: what the answer names ({named}) is supported by the context; "
+                "p_memory leans towards memory but stays under the calibrated threshold (no flag)."
+            )
         return "undetermined", (
-            "Leans towards memory, but not beyond the calibrated threshold: no flag is raised."
+            "Leans towards memory, but not beyond the calibrated threshold: no flag is raised, and no "
+            "word the answer names is supported by the context."
         )
     return "context", "Answered from the context: the context changed the answer."
 
