@@ -116,20 +116,35 @@ def shipped_records() -> str:
 
 
 def sample_records(records: list[Any], n: int | None, seed: int) -> list[Any]:
-    """A stratified (by label and kind), seeded sample of ``n`` records."""
+    """A seeded sample of ``n`` records, balanced across classes (memory, clean, knowledge
+    conflict, unlabelled: an equal share each, what one class cannot fill going to the others)
+    and, within a class, stratified by kind. Balanced because the clean answers are what the
+    verdict's conformal certification needs (19 for alpha = 0.05): a sample proportional to a
+    set of mostly well-known facts would spend the budget on memory items."""
     if n is None or n >= len(records):
         return records
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    groups: dict[str, list[int]] = {}
+    classes: dict[str, dict[str, list[int]]] = {}
     for i, r in enumerate(records):
-        kind = (getattr(r, "extra", None) or {}).get("kind")
-        groups.setdefault(f"{r.label}/{kind}", []).append(i)
+        kind = str((getattr(r, "extra", None) or {}).get("kind"))
+        cls = "conflict" if kind == "conflict" else {1: "memory", 0: "clean"}.get(r.label, "unlabelled")
+        classes.setdefault(cls, {}).setdefault(kind, []).append(i)
+    sizes = {c: sum(len(v) for v in kinds.values()) for c, kinds in classes.items()}
+    quota: dict[str, int] = {}
+    left = n
+    order = sorted(sizes, key=lambda c: sizes[c])  # small classes first: what they cannot fill moves on
+    for j, c in enumerate(order):
+        quota[c] = min(sizes[c], left // (len(order) - j))
+        left -= quota[c]
     keep: list[int] = []
-    for _, idx in sorted(groups.items()):
-        share = max(1, round(n * len(idx) / len(records)))
-        keep += rng.permutation(idx)[:share].tolist()
+    for c in sorted(classes):
+        kinds = classes[c]
+        for kind in sorted(kinds):
+            idx = kinds[kind]
+            k = round(quota[c] * len(idx) / sizes[c])
+            keep += rng.permutation(idx)[:k].tolist()
     return [records[i] for i in sorted(keep)]
 
 
