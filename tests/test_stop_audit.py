@@ -73,3 +73,20 @@ def test_an_audit_asking_for_other_stops_is_refused(lm, stop_profile) -> None:  
     with pytest.raises(ProfileError, match="stop"):
         Auditor(lm, stop_profile, layout={"stop": ["\n\n"]})
     Auditor(lm, stop_profile, layout={"stop": ["\n"]})  # the same: accepted
+
+
+def test_serve_refuses_stops_other_than_the_profiles(lm, stop_profile, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``serve --stop`` checks the profile's stop sequences before the server starts."""
+    import uvicorn
+
+    import mnemoscope.server.app as app_mod
+    from mnemoscope.cli.main import main
+    from mnemoscope.pipelines.audit import Auditor
+
+    monkeypatch.setattr(app_mod, "load_engine", lambda settings: Auditor(lm, stop_profile))
+    started = []
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: started.append(a))
+    base = ["serve", "--profile", str(stop_profile.path), "--allow-anonymous", "--db", ":memory:"]
+    assert main([*base, "--stop", "\\n\\n"]) != 0 and not started
+    assert "stop" in capsys.readouterr().err
+    assert main([*base, "--stop", "\\n"]) == 0 and len(started) == 1

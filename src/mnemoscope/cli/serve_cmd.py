@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from mnemoscope.cli.endpoint_args import add_endpoint_args
+from mnemoscope.cli.options import add_stop_arg, stops_from_args
 
 
 def register(sub: Any) -> None:
@@ -48,6 +49,7 @@ def register(sub: Any) -> None:
         help="a model without a shipped or cached profile: calibrate one once (mnemoscope calibrate's "
         "defaults) and cache it under the model's fingerprint",
     )
+    add_stop_arg(s)
     add_endpoint_args(s)
     s.set_defaults(func=_serve)
 
@@ -93,6 +95,14 @@ def _serve(args: argparse.Namespace) -> int:
         from mnemoscope.cli.endpoint_args import endpoint_engine
 
         engine = endpoint_engine(args, settings.rule, settings.max_batch_size, settings.profile)
+    stops = stops_from_args(args)
+    if stops is not None:  # the profile's stop sequences are the service's: another ask is refused now
+        from mnemoscope.pipelines.profile import check_layout
+        from mnemoscope.server.app import load_engine
+
+        if engine is None:
+            engine = load_engine(settings)
+        check_layout(engine.profile, {"stop": list(stops)})
     app = create_app(settings, engine=engine)
     uvicorn.run(
         app,
