@@ -134,8 +134,8 @@ def _sha256(path: Path) -> str:
 # over the strata (random within each, by a hash of the fact), so that a run stopped at any point has
 # answered a stratified sample (the summary reports each stratum's answered count and rate).
 STRATA = {
-    "memory d1": 0.25,
-    "clean": 0.30,
+    "memory d1": 0.15,
+    "clean": 0.40,
     "memory d2": 0.12,
     "memory d3": 0.12,
     "conflict d1": 0.14,
