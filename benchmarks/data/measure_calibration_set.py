@@ -313,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         help="trace: paired traces (run_pairs, as bench verify); generate: the same prompts answered by "
         "batched greedy generation only (no trace features; about 3x less CPU), answers in TRACES/answers.jsonl",
     )
+    ap.add_argument(
+        "--answers-note",
+        default=None,
+        help="with --summarise-only: how the answers in TRACES were produced (commands, commits), stored in the result",
+    )
     ap.add_argument("--summarise-only", action="store_true", help="no tracing: summarise what is traced")
     args = ap.parse_args(argv)
 
@@ -380,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             "seconds_this_run": round(seconds, 1),
             "trace_summary": None if summary_run is None else summary_run.to_dict(),
             "threads": 1,
+            "answers_note": args.answers_note,
+            "answers_file_sha256": _sha256(args.traces / "answers.jsonl")
+            if (args.traces / "answers.jsonl").is_file()
+            else None,
             "load_avg_start": [round(x, 2) for x in load_start],
             "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         },
