@@ -168,6 +168,16 @@ def answering_order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [it for _, _, it in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """95 % Wilson score interval of a rate k/n."""
+    if n == 0:
+        return [0.0, 1.0]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
 def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     mem_kinds = ("memorized", "memorized_paraphrased")
     by_kind: dict[str, Counter[str]] = {}
@@ -204,6 +214,7 @@ def summarise(items: list[dict[str, Any]], rows: dict[str, dict[str, Any]]) -> d
         k["kept"] += int(r["kept"])
     for name, d in by_diff.items():
         d["total"] = sizes[name]
+        d["rate_ci95"] = wilson(d["kept"], d["traced"])
         # the stratum's rate times its size: what a run over the whole set would keep (an estimate
         # from the random sample answered, exact when the stratum was answered in full)
         d["expected_kept_full_set"] = round(d["kept"] / d["traced"] * sizes[name]) if d["traced"] else 0
@@ -259,13 +270,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"Expected on the whole set (each stratum's rate times its size): {exp['memory']} memory answers, "
         f"{exp['clean']} clean answers.",
         "",
-        "| stratum | items | answered | kept | rate | expected kept, whole set |",
+        "| stratum | items | answered | kept | rate (95 % CI) | expected kept, whole set |",
         "|---|---|---|---|---|---|",
     ]
     for key, c in result["by_difficulty"].items():
         rate = c["kept"] / c["traced"] if c.get("traced") else float("nan")
+        lo, hi = c["rate_ci95"]
         lines.append(
-            f"| {key} | {c['total']} | {c['traced']} | {c['kept']} | {rate:.2f} | {c['expected_kept_full_set']} |"
+            f"| {key} | {c['total']} | {c['traced']} | {c['kept']} | {rate:.2f} ({lo:.2f}-{hi:.2f}) | "
+            f"{c['expected_kept_full_set']} |"
         )
     conf = result["by_kind"].get("conflict", {})
     lines += [
