@@ -280,6 +280,9 @@ INVENTED_TEMPLATES: dict[str, Cat] = {
 for _name in ("world_cup", "olympics_host"):
     CATEGORIES[_name]["invented"] = INVENTED_TEMPLATES[_name]
 
+# Capitals whose government sits in another city (The Hague, Putrajaya): no "seat of government" wording.
+SEAT_ELSEWHERE = ("the Netherlands", "Malaysia")
+
 # Difficulty-1/2 facts of these categories get a knowledge-conflict variant (a same-type decoy).
 PERSON_CATEGORIES = (
     "author",
@@ -398,7 +401,11 @@ def real_facts() -> list[Fact]:
         for subject, answer, difficulty, aliases, decoy in parse_table(cat["table"]):
             rng = fact_rng(category, subject)
             extra = surname_alias(answer) if category in PERSON_CATEGORIES else []
-            ctx_t = cat["ctx"][rng.randrange(len(cat["ctx"]))]
+            ctxs, paras = cat["ctx"], cat["para"]
+            if category == "capital" and subject in SEAT_ELSEWHERE:
+                ctxs = [t for t in ctxs if "seat" not in t]
+                paras = [t for t in paras if "seat" not in t]
+            ctx_t = ctxs[rng.randrange(len(ctxs))]
             facts.append(
                 {
                     "category": category,
@@ -407,7 +414,7 @@ def real_facts() -> list[Fact]:
                     "aliases": _dedupe([*aliases, *extra, *numeric_aliases(answer)], answer),
                     "difficulty": difficulty,
                     "query": _fill(cat["query"], subject),
-                    "paraphrase": _fill(cat["para"][rng.randrange(len(cat["para"]))], subject),
+                    "paraphrase": _fill(paras[rng.randrange(len(paras))], subject),
                     "ctx_template": ctx_t,
                     "context": _fill(ctx_t, subject, answer),
                     "decoy": decoy,
