@@ -48,6 +48,35 @@ if ! "${PYTHON:-python3}" -c "import llama_cpp.server" >/dev/null 2>&1; then
     "${PYTHON:-python3}" -m pip install --disable-pip-version-check -q "$LLAMA_CPP_PYTHON" >&2
   log "llama-cpp-python installed in $(( $(date +%s) - start )) s"
 fi
+# llama.cpp's own C++ llama-server (the endpoint backend's `native` path, docs/endpoint.md), built
+# from the llama.cpp sources llama-cpp-python $LLAMA_CPP_VERSION vendors (its sdist, from pip's cache),
+# target llama-server only, GGML_NATIVE=OFF, static; cached as
+# ~/.cache/mnemoscope/llama-server/<version>/bin/llama-server (a second run does nothing).
+# Measured on the shared 2-core machine (gcc 12, ninja, -j2): 2886 s the first time, under load 15-24
+# from other jobs (a second identical build ran alongside for 40 min of it); 211 build steps, whose
+# compile time is 78 % ggml + llama + common + mtmd (objects llama-cpp-python's own wheel build
+# compiles too, but its CMake project cannot add the server target: see docs/endpoint.md) and 22 %
+# the server itself (benchmarks/results/endpoint/cost-llama-server-build.json). 0 s when cached.
+LLAMA_CPP_VERSION="${LLAMA_CPP_PYTHON##*==}"
+LLAMA_SERVER_DIR="${MNEMOSCOPE_LLAMA_SERVER_DIR:-$HOME/.cache/mnemoscope/llama-server/$LLAMA_CPP_VERSION}"
+if [ ! -x "$LLAMA_SERVER_DIR/bin/llama-server" ]; then
+  log "building llama-server from llama-cpp-python $LLAMA_CPP_VERSION's vendored llama.cpp"
+  start=$(date +%s)
+  work="$(mktemp -d)"
+  "${PYTHON:-python3}" -m pip download --disable-pip-version-check -q --no-deps --no-binary llama-cpp-python \
+    "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$work" >&2
+  tar xzf "$work"/llama_cpp_python-"$LLAMA_CPP_VERSION".tar.gz -C "$work"
+  src="$work/llama_cpp_python-$LLAMA_CPP_VERSION/vendor/llama.cpp"
+  cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
+  cmake --build "$work/build" --target llama-server -j "${LLAMA_SERVER_JOBS:-2}" >&2
+  install -D -m 755 "$work/build/bin/llama-server" "$LLAMA_SERVER_DIR/bin/llama-server"
+  rm -rf "$work"
+  log "llama-server built in $(( $(date +%s) - start )) s"
+fi
 log "PostgreSQL $VER on port $PORT, Chromium $(/usr/bin/chromium --version 2>/dev/null | head -1), Phoenix $PHOENIX_VERSION in $PHOENIX_VENV"
 echo "export MNEMOSCOPE_TEST_PG_URL=postgresql://mnemoscope:mnemoscope@127.0.0.1:$PORT/mnemoscope_test"
 echo "export MNEMOSCOPE_PHOENIX=$PHOENIX_VENV/bin/phoenix"
+echo "export MNEMOSCOPE_LLAMA_SERVER=$LLAMA_SERVER_DIR/bin/llama-server"
