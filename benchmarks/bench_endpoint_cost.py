@@ -1,15 +1,20 @@
 """What an endpoint audit costs, per scoring path, against the in-process audit and against serving
 the answer alone (issue 25), measured in ONE run on the same machine and model.
 
-For each server and scoring path (``--paths``: ``lcp:echo``, ``lcp:positions`` on llama-cpp-python,
-``native:native`` on llama.cpp's C++ llama-server when ``$MNEMOSCOPE_LLAMA_SERVER`` names the binary),
+For each server and scoring path (``--paths``: ``lcp:echo``, ``lcp:positions``, ``lcp:grammar`` on
+llama-cpp-python, ``native:native`` on llama.cpp's C++ llama-server when ``$MNEMOSCOPE_LLAMA_SERVER``
+names the binary),
 each item of a stratified subset of the verified context-reliance set (both labels) is:
 
 1. **served**: one greedy ``/v1/completions`` request on the with-context prompt (what the
    application pays without any audit);
 2. **audited, generating** (``mnemoscope audit --endpoint``): ``trace_endpoint_pair`` (the audit
    generates the answer itself and scores both paths);
-3. **audited, given answer** (the proxy's case): ``trace_endpoint_pair(answer=served text)``.
+3. **audited, given answer** (the proxy's case): ``trace_endpoint_pair(answer=served text)``;
+4. on ``positions``/``grammar``, **served with log-probs, then audited on them** (the proxy asks
+   the upstream for the answer's top-k log-probs, so the audit scores the no-context path only):
+   the serving request with ``logprobs: k`` (its extra server CPU counts as audit load) and
+   ``trace_endpoint_pair(answer=..., served=...)``.
 
 For each, the wall time and the server process's CPU seconds (``/proc/<pid>/stat``, utime + stime,
 all threads) are recorded; the client's CPU too. The in-process reference is the in-process RePCS
@@ -21,7 +26,9 @@ Ratios reported per path (targets of issue 25):
 * ``extra_load_generating`` = (server CPU of the generating audit - server CPU of serving) / server
   CPU of serving (the audit did the serving itself; target <= 0.5);
 * ``extra_load_given`` = server CPU of the given-answer audit / server CPU of serving (the proxy's
-  audit comes on top of the app's request).
+  audit comes on top of the app's request);
+* ``extra_load_given_served`` = (server CPU of serving with log-probs - of serving without + of the
+  audit on the served log-probs) / server CPU of serving.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_endpoint_cost.py --n-per-label 10 --server-threads 1
 """
@@ -76,7 +83,13 @@ def run_path(
     from llama_servers import LlamaCppServer, LlamaServerNative
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.models.loader import default_gguf_path
-    from mnemoscope.trace.endpoint import EndpointPairConfig, load_chat_template, trace_endpoint_pair
+    from mnemoscope.trace.endpoint import (
+        EndpointPairConfig,
+        load_chat_template,
+        trace_endpoint_pair,
+        trace_endpoint_prompts,
+    )
+    from mnemoscope.trace.endpoint_score import served_scores
     from mnemoscope.trace.templates import PromptBuilder
 
     cls = LlamaServerNative if server_kind == "native" else LlamaCppServer
@@ -85,6 +98,7 @@ def run_path(
     tpl = load_chat_template("default")
     cfg = EndpointPairConfig(builder=builder, template=tpl, max_new_tokens=args.T, top_k=args.k)
     rows: list[dict[str, Any]] = []
+    load_start = os.getloadavg()
     try:
         client = EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=900, method=method))
         caps = client.require_teacher_forcing()
@@ -102,14 +116,32 @@ def run_path(
             row["serve_server_cpu"] = proc_cpu(pid) - c0
             served = str(ch.get("text", ""))
             row["served_tokens"] = (ch.get("usage") or {}).get("completion_tokens")
-            # 2. audit that generates
-            for mode, answer in (("gen", None), ("given", served)):
+            # 2. audit that generates, 3. audit of the given (served) answer
+            modes: list[tuple[str, Any, Any]] = [("gen", None, None), ("given", served, None)]
+            if method in ("positions", "grammar"):
+                # 4. the proxy asks the upstream for the answer's log-probs: serving costs more, the audit less
+                c0, t0 = proc_cpu(pid), time.perf_counter()
+                ch2 = client.completion(
+                    p_with, max_tokens=args.T, logprobs=args.k, extra={"stop": list(tpl.end_texts)}
+                )
+                row["serve_lp_wall"] = time.perf_counter() - t0
+                row["serve_lp_server_cpu"] = proc_cpu(pid) - c0
+                sv = served_scores({"choices": [ch2], "usage": ch2.get("usage")})
+                modes.append(("served", str(ch2.get("text", "")), sv))
+            for mode, answer, sv in modes:
                 c0, p0, t0 = proc_cpu(pid), time.process_time(), time.perf_counter()
                 n0 = client.n_requests
                 try:
-                    tr, _ = trace_endpoint_pair(
-                        client, it["id"], it["context"], it["query"], cfg, answer=answer
-                    )
+                    if sv is not None:
+                        p_w, p_wo = builder.pair(it["context"], it["query"], tpl)
+                        tr, _ = trace_endpoint_prompts(
+                            client, it["id"], p_w, p_wo, cfg, answer=answer, served=sv
+                        )
+                    else:
+                        tr, _ = trace_endpoint_pair(
+                            client, it["id"], it["context"], it["query"], cfg, answer=answer
+                        )
+                    row[f"{mode}_method"] = tr.backend.get("method")
                     row[f"{mode}_steps"] = tr.n_steps
                     row[f"{mode}_notes"] = tr.backend.get("notes", [])
                     from mnemoscope.detectors.repcs import RePCS
@@ -135,6 +167,19 @@ def run_path(
     serve_cpu = stats([r["serve_server_cpu"] for r in ok])["mean"]
     gen_cpu = stats([r["gen_server_cpu"] for r in ok])["mean"]
     given_cpu = stats([r["given_server_cpu"] for r in ok if "given_error" not in r])["mean"]
+    served_part: dict[str, Any] = {}
+    sv_ok = [r for r in ok if "served_server_cpu" in r and "served_error" not in r]
+    if sv_ok:
+        lp_cpu = stats([r["serve_lp_server_cpu"] for r in sv_ok])["mean"]
+        sv_cpu = stats([r["served_server_cpu"] for r in sv_ok])["mean"]
+        base_cpu = stats([r["serve_server_cpu"] for r in sv_ok])["mean"]
+        served_part = {
+            "n_refused_served": sum("served_error" in r for r in rows),
+            "serve_logprobs_server_cpu": stats([r["serve_lp_server_cpu"] for r in sv_ok]),
+            "audit_served_wall": stats([r["served_wall"] for r in sv_ok]),
+            "audit_served_server_cpu": stats([r["served_server_cpu"] for r in sv_ok]),
+            "extra_load_given_served": (lp_cpu - base_cpu + sv_cpu) / base_cpu if base_cpu else None,
+        }
     return {
         "server": server_kind,
         "server_command": " ".join(server.command[1:] if server_kind != "native" else server.command),
@@ -154,6 +199,9 @@ def run_path(
         "audit_given_server_cpu": stats([r["given_server_cpu"] for r in ok if "given_error" not in r]),
         "extra_load_generating": (gen_cpu - serve_cpu) / serve_cpu if serve_cpu else None,
         "extra_load_given": given_cpu / serve_cpu if serve_cpu else None,
+        **served_part,
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
         "rows": rows,
     }
 
@@ -196,7 +244,7 @@ def main() -> None:
     ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--T", type=int, default=32)
     ap.add_argument("--k", type=int, default=20)
-    ap.add_argument("--paths", default="lcp:positions,lcp:echo,native:native")
+    ap.add_argument("--paths", default="lcp:grammar,lcp:positions,lcp:echo,native:native")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--note", default="")
     args = ap.parse_args()
@@ -257,6 +305,7 @@ def main() -> None:
                 "wall_ratio_vs_inprocess",
                 "extra_load_generating",
                 "extra_load_given",
+                "extra_load_given_served",
                 "skipped",
             )
         }

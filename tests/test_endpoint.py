@@ -237,16 +237,24 @@ def test_empty_context_and_forced_answer(client, chat_config):
     assert "".join(pieces) == "Paris." and not f.stopped_at_eos and f.n_steps == len(f.answer_ids)
 
 
-def test_plain_prompts_are_refused_not_misaligned(client):
+def test_plain_prompts_are_refused_not_misaligned(llama_server):
     """llama-cpp-python shifts echoed log-probs by one position when the prompt does not begin with
-    the BOS token (a plain prompt on SmolLM2): the alignment checks must refuse, not mis-score
-    (the echo path says "shifted"; the per-position path refuses the re-tokenized prefix first)."""
+    the BOS token (a plain prompt on SmolLM2): echo must refuse, not mis-score. The grammar path
+    (auto's first) forces the answer's ids after the prompt and reads log-probs from the generation
+    code: it scores the record, aligned with a plain one-token generation there."""
     cfg = EndpointPairConfig(builder=PromptBuilder(template="A", chat=False), template=ChatTemplate(None))
-    with pytest.raises(TokenAlignmentError, match=r"shifted|cannot be aligned") as e:
-        trace_endpoint_pair(
-            client, "p", "Paris is the capital of France.", "What is the capital of France?", cfg
-        )
-    assert client.endpoint in str(e.value)
+    ctx, q = "Paris is the capital of France.", "What is the capital of France?"
+    with (
+        EndpointClient(EndpointConfig(llama_server.base_url, method="echo", timeout=300)) as c,
+        pytest.raises(TokenAlignmentError, match=r"shifted|cannot be aligned|spell") as e,
+    ):
+        trace_endpoint_pair(c, "p", ctx, q, cfg, max_new_tokens=8)
+    assert c.endpoint in str(e.value)
+    with EndpointClient(EndpointConfig(llama_server.base_url, timeout=300)) as c:
+        t, _ = trace_endpoint_pair(c, "p", ctx, q, cfg, max_new_tokens=8)
+        ref = c.completion(t.prompt_without, max_tokens=1, logprobs=20)["logprobs"]["top_logprobs"][0]
+    assert t.backend["method"] == "completions-grammar-forced-topk+llama-cpp-python"
+    assert abs(max(ref.values()) - float(t.topk_logprobs_without[0, 0])) < cfg.align_tol
 
 
 def test_timeout_is_a_clear_error(llama_server):

@@ -10,6 +10,7 @@ MNEMOSCOPE_REQUIRE_SERVICES=1) and, for ``native``, to llama.cpp's C++ llama-ser
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +67,22 @@ def test_end_texts_of_chat_templates():
     assert tpl.end_texts[0] == "<|im_end|>"
 
 
-def _mock_positions_server(honour_bias: bool = True, stop_as_text: bool = False):
+def _mock_positions_server(
+    honour_bias: bool = True,
+    stop_as_text: bool = False,
+    grammar: str = "unconstrained",
+    merge_from: int | None = None,
+):
     """A llama-cpp-python-like server over characters: token id = ord(char); generation answers
-    'ab' (then stops); a forced position returns the forced character with fixed log-probs."""
+    'ab' (then stops); a forced position returns the forced character with fixed log-probs.
+
+    ``grammar``: how a GBNF grammar of token ids is served: ``unconstrained`` (forced, the raw top-k
+    reported, as llama-cpp-python does), ``constrained`` (forced, but the reported distribution is
+    the constrained one: log-prob 0 for the forced token), ``ignored``. ``merge_from``: forced
+    position requests whose prompt is at least this many characters longer than a chat prompt
+    report one prompt token fewer (a prefix that re-tokenizes with a merge)."""
+    import re
+
     import httpx
 
     calls: list[dict] = []
@@ -82,11 +96,27 @@ def _mock_positions_server(honour_bias: bool = True, stop_as_text: bool = False)
             return httpx.Response(200, json={"tokens": [ord(ch) for ch in body["input"]]})
         prompt = body["prompt"]
         top = {"a": -0.3, "b": -1.9, "c": -3.0}
-        if body.get("echo"):  # the capability probe
-            n = len(prompt)
-            lp = {"tokens": list(prompt), "token_logprobs": [-0.1] * n, "top_logprobs": [top] * n}
+        if body.get("echo"):  # the capability probe, and the echo path
+            n = len(prompt) + 1
+            lp = {"tokens": [*prompt, "a"], "token_logprobs": [-0.1] * n, "top_logprobs": [top] * n}
             return httpx.Response(
                 200, json={"choices": [{"text": prompt + "a", "logprobs": lp}], "usage": {}}
+            )
+        if body.get("grammar") and grammar != "ignored":
+            ids = [int(x) for x in re.findall(r"<\[(\d+)\]>", body["grammar"])][: body["max_tokens"]]
+            toks = [chr(i) for i in ids]
+            if grammar == "constrained":
+                own, tops = [0.0] * len(toks), [{t: 0.0} for t in toks]
+            else:
+                own = [top.get(t, -4.0) for t in toks]
+                tops = [{**top, t: top.get(t, -4.0)} for t in toks]
+            lp = {"tokens": toks, "token_logprobs": own, "top_logprobs": tops}
+            return httpx.Response(
+                200,
+                json={
+                    "choices": [{"text": "".join(toks), "logprobs": lp, "finish_reason": "length"}],
+                    "usage": {"completion_tokens": len(toks), "prompt_tokens": len(prompt)},
+                },
             )
         if body["max_tokens"] > 1:  # the with-context generation
             toks = ["a", "b"] + (["<", "E", ">"] if stop_as_text else [])
@@ -101,6 +131,14 @@ def _mock_positions_server(honour_bias: bool = True, stop_as_text: bool = False)
             )
         bias = body.get("logit_bias") or {}
         forced = [int(t) for t, v in bias.items() if v > 0]
+        n_prompt = len(prompt)
+        if (
+            merge_from is not None
+            and forced
+            and prompt.rstrip("ab") != prompt
+            and len(prompt) - len(prompt.rstrip("ab")) >= merge_from
+        ):
+            n_prompt -= 1
         tok = chr(forced[0]) if forced and honour_bias else "a"
         lp = {
             "tokens": [tok],
@@ -111,7 +149,7 @@ def _mock_positions_server(honour_bias: bool = True, stop_as_text: bool = False)
             200,
             json={
                 "choices": [{"text": tok, "logprobs": lp, "finish_reason": "length"}],
-                "usage": {"completion_tokens": 1, "prompt_tokens": len(prompt)},
+                "usage": {"completion_tokens": 1, "prompt_tokens": n_prompt},
             },
         )
 
@@ -128,7 +166,9 @@ def test_positions_path_scores_only_answer_positions():
     import httpx
 
     handler, calls = _mock_positions_server()
-    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    c = EndpointClient(
+        EndpointConfig("http://mock/v1", method="positions"), transport=httpx.MockTransport(handler)
+    )
     assert c.capabilities().method == "answer-positions-logit-bias-topk+llama-cpp-python"
     calls.clear()
     tr, pieces = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
@@ -152,7 +192,9 @@ def test_positions_path_refuses_a_server_ignoring_logit_bias():
     import httpx
 
     handler, _ = _mock_positions_server(honour_bias=False)
-    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    c = EndpointClient(
+        EndpointConfig("http://mock/v1", method="positions"), transport=httpx.MockTransport(handler)
+    )
     with pytest.raises(TokenAlignmentError, match=r"forced token came back as \['a'\], not 'b'") as e:
         trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
     assert "record r1" in str(e.value) and "http://mock/v1" in str(e.value)
@@ -171,8 +213,130 @@ def test_an_end_of_turn_written_as_text_is_never_part_of_the_answer():
     assert any("end-of-turn text as ordinary tokens" in n for n in tr.backend["notes"])
 
 
+def test_grammar_path_forces_the_answer_in_one_request():
+    """grammar (auto on llama-cpp-python): the no-context path is ONE request forcing the answer's
+    ids; the given-answer case is one request per path; the server's grammar forcing is probed once."""
+    import httpx
+
+    handler, calls = _mock_positions_server()
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    assert c.capabilities().method == "completions-grammar-forced-topk+llama-cpp-python"
+    tr, pieces = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
+    assert c.probes == {"grammar": None}  # probed: forced, unconstrained top-k
+    calls.clear()
+    tr, pieces = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
+    comp = [x for x in calls if x["path"] == "/v1/completions"]
+    assert len(comp) == 2 and comp[1]["grammar"] == f"root ::= <[{ord('a')}]> <[{ord('b')}]>"
+    assert comp[1]["max_tokens"] == 2 and comp[1]["logprobs"] == 3 and not comp[1].get("logit_bias")
+    assert pieces == ["a", "b"] and tr.backend["method"] == "completions-grammar-forced-topk+llama-cpp-python"
+    np.testing.assert_allclose(tr.logprob_answer_without, [-0.3, -1.9], rtol=1e-6)
+    calls.clear()
+    tr2, _ = trace_endpoint_prompts(c, "r2", "P: ctx q?\n", "P: q?\n", _cfg(), answer="ab")
+    assert sum(1 for x in calls if x.get("grammar")) == 2 and tr2.answer_with == "ab"
+
+
+@pytest.mark.parametrize("mode", ["constrained", "ignored"])
+def test_unsound_grammar_forcing_falls_back_to_positions(mode):
+    """A server whose grammar-forced log-probs are the constrained distribution (or that ignores the
+    grammar) is caught by the probe; under auto the record is scored by positions, and says so."""
+    import httpx
+
+    handler, _ = _mock_positions_server(grammar=mode)
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    tr, _ = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg())
+    assert tr.backend["method"] == "answer-positions-logit-bias-topk+llama-cpp-python"
+    assert c.probes["grammar"] and tr.backend["notes"][0].startswith(
+        "grammar refused: grammar forcing is not sound"
+    )
+    c2 = EndpointClient(
+        EndpointConfig("http://mock/v1", method="grammar"), transport=httpx.MockTransport(handler)
+    )
+    with pytest.raises(EndpointError, match="grammar forcing is not sound"):
+        trace_endpoint_pair(c2, "r1", "ctx", "q?", _cfg())  # a named method has no fallback
+
+
+def test_positions_refusal_falls_back_to_the_next_sound_path():
+    """positions refuses a prefix that re-tokenizes with a merge; under auto the next path (echo
+    here, grammar being unsound on this server) scores the record and endpoint_method names it."""
+    import httpx
+
+    handler, _ = _mock_positions_server(grammar="ignored", merge_from=1)
+    named = EndpointClient(
+        EndpointConfig("http://mock/v1", method="positions"), transport=httpx.MockTransport(handler)
+    )
+    with pytest.raises(TokenAlignmentError, match="re-tokenizes into"):
+        trace_endpoint_pair(named, "r1", "ctx", "q?", _cfg())
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    assert c.capabilities().fallbacks == ("grammar", "positions", "echo")
+    tr, _ = trace_endpoint_pair(c, "r1", "ctx", "q?", _cfg(align_tol=10.0))
+    assert tr.backend["method"] == "completions-echo-logprobs+llama-cpp-python"
+    notes = tr.backend["notes"]
+    assert notes[0].startswith("grammar refused") and notes[1].startswith("positions refused")
+    assert "re-tokenizes into" in notes[1] and notes[1].endswith("scored by the next path (echo)")
+
+
+def test_served_logprobs_spare_the_with_context_path():
+    """The proxy's case: the with-context log-probs come with the served answer (chat or completions
+    format); the audit forces the no-context path only. Served log-probs that do not line up (another
+    prompt length) are not used, and the trace says so."""
+    import httpx
+
+    from mnemoscope.server.proxy import _ask_logprobs
+    from mnemoscope.trace.endpoint_score import served_scores
+
+    top = [{"token": "a", "logprob": -0.3}, {"token": "b", "logprob": -1.9}, {"token": "c", "logprob": -3.0}]
+    chat = {
+        "choices": [
+            {
+                "message": {"content": "ab"},
+                "logprobs": {
+                    "content": [
+                        {"token": t, "logprob": v, "top_logprobs": top} for t, v in (("a", -0.3), ("b", -1.9))
+                    ]
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": len("P: ctx q?\n")},
+    }
+    served = served_scores(chat)
+    assert served is not None and served.pieces == ["a", "b"] and served.n_prompt == 10
+    legacy = {
+        "choices": [
+            {
+                "text": "ab",
+                "logprobs": {"tokens": ["a"], "token_logprobs": [-0.3], "top_logprobs": [{"a": -0.3}]},
+            }
+        ]
+    }
+    assert (
+        served_scores(legacy).own == [-0.3]
+        and served_scores({"choices": [{"text": "ab", "logprobs": None}]}) is None
+    )
+    body = {"messages": [], "mnemoscope": {"context": "x"}}
+    added, raw = _ask_logprobs(body, "v1/chat/completions", b"", 20)
+    assert added and json.loads(raw) == {"messages": [], "logprobs": True, "top_logprobs": 20}
+    assert _ask_logprobs({"prompt": "p", "logprobs": 2}, "v1/completions", b"same", 20) == (False, b"same")
+
+    handler, calls = _mock_positions_server()
+    c = EndpointClient(EndpointConfig("http://mock/v1"), transport=httpx.MockTransport(handler))
+    c.capabilities()
+    check = trace_endpoint_prompts(c, "r0", "P: ctx q?\n", "P: q?\n", _cfg(), answer="ab")[0]  # also probes
+    calls.clear()
+    tr, _ = trace_endpoint_prompts(c, "r1", "P: ctx q?\n", "P: q?\n", _cfg(), answer="ab", served=served)
+    forced = [x for x in calls if x.get("grammar")]
+    assert len(forced) == 1 and forced[0]["prompt"] == "P: q?\n"  # the no-context path only
+    np.testing.assert_allclose(tr.logprob_answer_with, [-0.3, -1.9], rtol=1e-6)
+    np.testing.assert_allclose(tr.logprob_answer_without, check.logprob_answer_without)
+    assert any("from the served response" in n for n in tr.backend["notes"])
+    served.n_prompt = 99
+    calls.clear()
+    tr, _ = trace_endpoint_prompts(c, "r2", "P: ctx q?\n", "P: q?\n", _cfg(), answer="ab", served=served)
+    assert sum(1 for x in calls if x.get("grammar")) == 2
+    assert any("counted 99 prompt tokens" in n for n in tr.backend["notes"])
+
+
 def test_method_is_validated():
-    with pytest.raises(EndpointError, match="method must be auto or one of echo, positions, native"):
+    with pytest.raises(EndpointError, match="method must be auto or one of echo, positions, grammar, native"):
         EndpointConfig("http://h/v1", method="fast")
 
 
@@ -193,13 +357,28 @@ def _client(server, method: str = "auto") -> EndpointClient:
 
 
 def test_positions_agree_with_echo_on_the_real_server(llama_server, chat_cfg):
-    """Same item, same server: the cheap path (answer positions) gives the same answer tokens and
-    the same log-probs as echoing both prompts, within llama.cpp's batch-dependent numerics."""
+    """Same item, same server: the cheap paths (answer positions; the grammar-forced answer) give
+    the same answer tokens and the same log-probs as echoing both prompts, within llama.cpp's
+    batch-dependent numerics; the grammar path's no-context path is one request."""
     it = _items(1)[0]
-    with _client(llama_server, "positions") as cp, _client(llama_server, "echo") as ce:
+    with (
+        _client(llama_server, "positions") as cp,
+        _client(llama_server, "echo") as ce,
+        _client(llama_server, "grammar") as cg,
+    ):
         tp, _ = trace_endpoint_pair(cp, it["id"], it["context"], it["query"], chat_cfg)
         te, _ = trace_endpoint_pair(ce, it["id"], it["context"], it["query"], chat_cfg)
         assert cp.n_requests < ce.n_requests + 2 * tp.n_steps + 4
+        trace_endpoint_pair(cg, it["id"], it["context"], it["query"], chat_cfg)  # probes grammar forcing
+        n0 = cg.n_requests
+        tg, _ = trace_endpoint_pair(cg, it["id"], it["context"], it["query"], chat_cfg)
+        assert cg.probes == {"grammar": None} and cg.n_requests - n0 <= 5 + 5 * tg.stopped_at_eos
+    assert tg.backend["method"] == "completions-grammar-forced-topk+llama-cpp-python"
+    assert tg.answer_ids.tolist() == tp.answer_ids.tolist()
+    assert np.max(np.abs(tg.logprob_answer_without - tp.logprob_answer_without)) < chat_cfg.align_tol
+    assert (
+        np.max(np.abs(tg.topk_logprobs_without[:, 0] - tp.topk_logprobs_without[:, 0])) < chat_cfg.align_tol
+    )
     assert tp.backend["method"] == "answer-positions-logit-bias-topk+llama-cpp-python"
     assert te.backend["method"] == "completions-echo-logprobs+llama-cpp-python"
     assert tp.answer_ids.tolist() == te.answer_ids.tolist() and tp.stopped_at_eos == te.stopped_at_eos
@@ -248,12 +427,16 @@ def test_plain_prompts_refusal_names_the_chat_template_flag(llama_server):
 @pytest.fixture(scope="module")
 def native_server(tmp_path_factory):
     """llama-server serving the default model's GGUF; skipped unless $MNEMOSCOPE_LLAMA_SERVER names
-    the binary (docs/endpoint.md: built from the llama.cpp sources llama-cpp-python vendors)."""
+    the binary (scripts/ci_services.sh builds it from the llama.cpp sources llama-cpp-python vendors);
+    a failure instead under MNEMOSCOPE_REQUIRE_SERVICES=1."""
     from llama_servers import LlamaServerNative, native_server_binary
     from mnemoscope.models.loader import default_gguf_path
 
     if native_server_binary() is None:
-        pytest.skip("no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (docs/endpoint.md)")
+        reason = "no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (scripts/ci_services.sh builds it)"
+        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
+        pytest.skip(reason)
     log = tmp_path_factory.mktemp("llama-server-native") / "server.log"
     with LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log) as s:
         yield s

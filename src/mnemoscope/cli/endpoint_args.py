@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "add_endpoint_args",
+    "add_endpoint_method_arg",
     "audit_endpoint",
     "calibrate_endpoint",
     "client_from_args",
@@ -52,6 +53,7 @@ def add_endpoint_args(
         "--endpoint-retries", type=int, default=2, metavar="N", help="retries (backoff) on 5xx/429/time-out"
     )
     g.add_argument("--endpoint-concurrency", type=int, default=2, metavar="N", help="requests in flight")
+    add_endpoint_method_arg(g)
     if closed_book:
         g.add_argument(
             "--closed-book-test",
@@ -75,6 +77,18 @@ def add_endpoint_args(
         )
 
 
+def add_endpoint_method_arg(g: Any) -> None:
+    """``--endpoint-method`` (also used by ``mnemoscope proxy``)."""
+    g.add_argument(
+        "--endpoint-method",
+        choices=("auto", "positions", "grammar", "native", "echo"),
+        default="auto",
+        help="how answer positions are scored (docs/endpoint.md): auto (default: native on llama.cpp's "
+        "llama-server, grammar on llama-cpp-python, falling back to the next sound path when one refuses "
+        "a record), or one path alone",
+    )
+
+
 def client_from_args(args: argparse.Namespace) -> Any:
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
@@ -86,6 +100,7 @@ def client_from_args(args: argparse.Namespace) -> Any:
             timeout=args.endpoint_timeout,
             retries=args.endpoint_retries,
             concurrency=args.endpoint_concurrency,
+            method=getattr(args, "endpoint_method", "auto"),
         )
     )
 

@@ -102,6 +102,9 @@ def register(sub: Any) -> None:
         action="store_true",
         help="do not append the `event: mnemoscope` verdict to streams (the audit is still logged)",
     )
+    from mnemoscope.cli.endpoint_args import add_endpoint_method_arg
+
+    add_endpoint_method_arg(p)
     p.set_defaults(func=_run)
 
 
@@ -119,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
             model=args.endpoint_model,
             api_key_env=args.api_key_env,
             timeout=args.timeout,
+            method=args.endpoint_method,
         )
     )
     auditor = EndpointAuditor(client, load_endpoint_profile(args.profile), rule=args.rule)

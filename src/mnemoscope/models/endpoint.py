@@ -77,8 +77,10 @@ class EndpointConfig:
         backoff: first retry delay in seconds, doubled at each retry.
         concurrency: requests in flight at once from this client.
         method: how answer positions are scored (:data:`SCORE_METHODS`): ``auto`` picks ``native``
-            on llama.cpp's C++ server, ``positions`` on llama-cpp-python, else ``echo`` when the
-            server echoes prompt log-probs (else ``positions``). See
+            on llama.cpp's C++ server, ``grammar`` on llama-cpp-python, else ``echo`` when the
+            server echoes prompt log-probs (else ``positions``); under ``auto`` a record that the
+            first path refuses (e.g. a prefix that re-tokenizes differently) is scored by the next
+            sound one (:data:`FALLBACKS`). A named method is used alone. See
             :mod:`mnemoscope.trace.endpoint_score`.
     """
 
@@ -186,7 +188,16 @@ def compare_fingerprints(a: EndpointFingerprint, b: EndpointFingerprint, tol: fl
 
 
 # How answer positions are scored (mnemoscope.trace.endpoint_score); the name in endpoint_method.
-SCORE_METHODS: tuple[str, ...] = ("echo", "positions", "native")
+SCORE_METHODS: tuple[str, ...] = ("echo", "positions", "grammar", "native")
+
+# Under method "auto": the paths tried, in order, when one refuses a record (TokenAlignmentError or
+# a capability it lacks). native needs no fallback (token ids in and out); echo has none left.
+FALLBACKS: dict[str, tuple[str, ...]] = {
+    "grammar": ("grammar", "positions", "echo"),
+    "positions": ("positions", "grammar", "echo"),
+    "native": ("native",),
+    "echo": ("echo",),
+}
 
 _TOKENIZE_ROUTES: tuple[tuple[str, str], ...] = (
     # (name, path from the server root)
@@ -209,17 +220,30 @@ class Capabilities:
     notes: list[str] = field(default_factory=list)
     score_method: str = "echo"
 
+    auto: bool = False
+
     @property
     def method(self) -> str:
         """The log-prob mechanism the audit uses, as reported in ``endpoint_method``. Every
         mechanism gives top-k log-probs only: the KL is the truncated top-k estimate."""
-        if self.score_method == "native" and self.tokenize == "llama.cpp":
+        return self.method_name(self.score_method)
+
+    def method_name(self, score_method: str) -> str:
+        """``endpoint_method`` of one scoring path on this server (``none``: it cannot run here)."""
+        if score_method == "native" and self.tokenize == "llama.cpp":
             return "native-grammar-forced-topk+llama.cpp"
-        if self.score_method == "positions" and self.completions and self.tokenize:
+        if score_method == "grammar" and self.completions and self.tokenize:
+            return f"completions-grammar-forced-topk+{self.tokenize}"
+        if score_method == "positions" and self.completions and self.tokenize:
             return f"answer-positions-logit-bias-topk+{self.tokenize}"
-        if self.score_method == "echo" and self.completions and self.echo_logprobs and self.tokenize:
+        if score_method == "echo" and self.completions and self.echo_logprobs and self.tokenize:
             return f"completions-echo-logprobs+{self.tokenize}"
         return "none"
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """The scoring paths tried in order for one record: the chosen one alone unless ``auto``."""
+        return FALLBACKS.get(self.score_method, (self.score_method,)) if self.auto else (self.score_method,)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,6 +256,7 @@ class Capabilities:
             "chat_logprobs": self.chat_logprobs,
             "score_method": self.score_method,
             "method": self.method,
+            "auto": self.auto,
             "notes": list(self.notes),
         }
 
@@ -260,6 +285,9 @@ class EndpointClient:
         self._top_k_ok: set[int] = set()
         self._lock = threading.Lock()
         self.n_requests = 0
+        # results of one-off probes of the server (e.g. whether grammar forcing reports the
+        # unconstrained distribution), keyed by probe name; filled by mnemoscope.trace
+        self.probes: dict[str, Any] = {}
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -502,7 +530,9 @@ class EndpointClient:
         if method == "auto":
             if server == "llama.cpp":
                 method = "native"
-            elif server == "llama-cpp-python" or not echo:
+            elif server == "llama-cpp-python":
+                method = "grammar"
+            elif not echo:
                 method = "positions"
             else:
                 method = "echo"
@@ -515,6 +545,7 @@ class EndpointClient:
             max_logprobs=max_lp,
             notes=notes,
             score_method=method,
+            auto=self.config.method == "auto",
         )
         with self._lock:
             self._caps = caps
@@ -526,6 +557,8 @@ class EndpointClient:
         missing = []
         if caps.score_method == "native" and caps.server != "llama.cpp":
             missing.append("llama.cpp's native /completion route (method 'native')")
+        elif caps.score_method == "grammar" and caps.server != "llama-cpp-python":
+            missing.append("llama-cpp-python's GBNF `grammar` on /v1/completions (method 'grammar')")
         elif not caps.completions:
             missing.append(
                 "a /v1/completions endpoint" if caps.server != "llama.cpp" else "a working /completion"

@@ -366,6 +366,7 @@ class EndpointBackend:
                 context=req.context,
                 query=req.query,
                 template={"prerendered": True, **(req.prompt_info or {})},
+                served=req.served_logprobs,
             )
         return trace_endpoint_pair(
             self.client,
@@ -386,9 +387,11 @@ class EndpointBackend:
         raise InputError("over an endpoint the answer pieces come with the trace (the server's own tokens)")
 
     def result_fields(self, trace: PairTrace) -> dict[str, Any]:
+        backend = trace.backend if isinstance(trace.backend, dict) else {}
         return {
             "backend": "endpoint",
-            "endpoint_method": self.caps.method,
+            # the path that scored THIS record (under auto, a fallback when the first one refused it)
+            "endpoint_method": str(backend.get("method") or self.caps.method),
             "endpoint": self.client.endpoint,
             "unavailable": list(UNMEASURED),
         }

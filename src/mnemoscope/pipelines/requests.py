@@ -53,6 +53,9 @@ class AuditRequest:
             ``query`` are then only recorded. Backends that cannot trace pre-rendered prompts
             refuse it (422).
         prompt_info: what to record in the trace about how ``prompts`` were made (e.g. the layout).
+        served_logprobs: the with-context log-probs of ``answer`` as the server returned them with
+            it (the proxy's case, ``mnemoscope.trace.endpoint_score.served_scores``); the endpoint
+            backend uses them instead of re-scoring that path when they line up. Others ignore it.
     """
 
     context: str
@@ -62,6 +65,7 @@ class AuditRequest:
     id: str | None = None
     prompts: tuple[str, str] | None = None
     prompt_info: dict[str, Any] | None = None
+    served_logprobs: Any = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from mnemoscope.errors import InputError
 from mnemoscope.pipelines.layout import locate_context
 from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
 from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
+from mnemoscope.trace.endpoint_score import served_scores
 
 __all__ = ["ProxySettings", "create_proxy_app", "sse_answer"]
 
@@ -87,6 +88,10 @@ class ProxySettings:
             ends (``GET /mnemoscope/audits/{id}``). Streams never wait: their verdict follows ``[DONE]``.
         audit: ``False``: forward only (the ``mnemoscope`` object is still removed; nothing is
             audited or logged), to measure what the proxy itself costs.
+        served_logprobs: on llama-cpp-python upstreams, ask for the answer's top-k log-probs in the
+            application's (non-streamed) request and audit with them, so that the audit scores the
+            no-context path only; they are removed from the answer when the application did not ask
+            for log-probs (``logprobs: null``, as the upstream would have sent).
     """
 
     upstream: str
@@ -102,6 +107,36 @@ class ProxySettings:
     drain_timeout: float = 60.0
     audit: bool = True
     audit_wait: float | None = None
+    served_logprobs: bool = True
+
+
+def _wants_served_logprobs(settings: ProxySettings, auditor: Any) -> bool:
+    """Served log-probs are used on llama-cpp-python upstreams only: it reports them from the raw
+    scores whatever the request's sampling settings (docs/endpoint.md), as the audit's own requests."""
+    if not (settings.served_logprobs and settings.audit and auditor is not None):
+        return False
+    caps = getattr(auditor, "caps", None)
+    return getattr(caps, "server", None) == "llama-cpp-python" and getattr(caps, "score_method", "") in (
+        "grammar",
+        "positions",
+    )
+
+
+def _ask_logprobs(body: dict[str, Any], path: str, raw: bytes, k: int) -> tuple[bool, bytes]:
+    """``(added, raw)``: the request asks for the answer's top-k log-probs (added when it did not ask
+    for any; a request that asks for log-probs itself is forwarded unchanged)."""
+    if path == "v1/chat/completions":
+        if body.get("logprobs") or body.get("top_logprobs") is not None:
+            return False, raw
+        extra = {"logprobs": True, "top_logprobs": k}
+    elif path == "v1/completions":
+        if body.get("logprobs") is not None:
+            return False, raw
+        extra = {"logprobs": k}
+    else:
+        return False, raw
+    fwd = {key: v for key, v in body.items() if key != "mnemoscope"}
+    return True, json.dumps({**fwd, **extra}).encode()
 
 
 def _answer_of(resp: dict[str, Any]) -> str | None:
@@ -213,7 +248,12 @@ def create_proxy_app(
         return headers
 
     async def audit_answer(
-        located: Any, answer: str, aid: str, meta: dict[str, Any], wait: float | None = None
+        located: Any,
+        answer: str,
+        aid: str,
+        meta: dict[str, Any],
+        wait: float | None = None,
+        served: Any = None,
     ) -> dict[str, Any]:
         """Audit (through the bounded queue) and log; a full queue sheds it as ``skipped``."""
         task = queue.submit(
@@ -226,6 +266,7 @@ def create_proxy_app(
                     meta,
                     accept_layouts=settings.accept_layouts,
                     record_of=audit_record,
+                    served=served,
                 )
             )
         )
@@ -302,6 +343,9 @@ def create_proxy_app(
             body = None  # forward only
         aid = uuid.uuid4().hex
         stream = bool(body and body.get("stream"))
+        added_logprobs = False
+        if body is not None and not stream and _wants_served_logprobs(settings, auditor):
+            added_logprobs, raw = _ask_logprobs(body, path, raw, auditor.endpoint_profile.pair_config.top_k)
         meta = {"upstream": base, "path": path, "stream": stream}
         url = f"{root}/{path}"
         try:
@@ -361,6 +405,11 @@ def create_proxy_app(
             )
             return Response(content, resp.status_code, headers=with_audit_header(headers, rec))
         answer = _answer_of(data)
+        served = served_scores(data) if _wants_served_logprobs(settings, auditor) else None
+        if added_logprobs:  # the application did not ask for them: the answer as the upstream would send it
+            for ch in data.get("choices") or []:
+                if isinstance(ch, dict):
+                    ch["logprobs"] = None
         if isinstance(located, str):
             rec = await log_now(_unlocated(aid, meta, located))
         elif answer is None:
@@ -368,7 +417,7 @@ def create_proxy_app(
                 base_record(aid, meta, "failed", error="no answer text in the upstream's choices")
             )
         else:
-            rec = await audit_answer(located, answer, aid, meta, settings.audit_wait)
+            rec = await audit_answer(located, answer, aid, meta, settings.audit_wait, served)
         data["mnemoscope"] = rec
         headers.pop("content-type", None)
         return Response(

@@ -70,6 +70,7 @@ def audit_app_prompt(
     *,
     accept_layouts: tuple[str, ...] = (),
     record_of: Callable[[Any], dict[str, Any]],
+    served: Any = None,
 ) -> dict[str, Any]:
     """Blocking: audit one answer on the application's prompt and build its log record (never raises).
 
@@ -80,6 +81,8 @@ def audit_app_prompt(
         accept_layouts: layouts audited although the profile was not calibrated on them
             (recorded as ``layout.calibrated: false``).
         record_of: the server's result -> record shaping (``server.records.audit_record``).
+        served: the with-context log-probs the upstream returned with the answer
+            (``trace.endpoint_score.served_scores``): the audit then scores the no-context path only.
     """
     from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
 
@@ -122,6 +125,7 @@ def audit_app_prompt(
                     id=aid,
                     prompts=(p_with, p_without),
                     prompt_info={"layout": lay, "chat_template": pc.template.source},
+                    served_logprobs=served,
                 )
             ]
         )

@@ -54,6 +54,7 @@ from mnemoscope.models.endpoint import (
 from mnemoscope.trace.chat_template import ChatTemplate, load_chat_template
 from mnemoscope.trace.endpoint_score import (
     Scored,
+    lcp_force_grammar,
     lcp_force_positions,
     lcp_generate,
     lcp_score_after,
@@ -238,6 +239,7 @@ def trace_endpoint_prompts(
     context: str = "",
     query: str = "",
     template: dict[str, Any] | None = None,
+    served: Scored | None = None,
 ) -> tuple[PairTrace, list[str]]:
     """Trace two PRE-RENDERED prompts (an application's own messages, rendered with its chat
     template, with and without the retrieved context): the same checks and trace as
@@ -248,6 +250,12 @@ def trace_endpoint_prompts(
     The prompts are sent as they are: they must already carry the chat template's own
     special tokens (llama-cpp-python shifts echoed log-probs when a prompt does not begin with
     the model's BOS token; that is detected and refused).
+
+    ``served``: the with-context log-probs of ``answer`` as the upstream served it (the proxy asks
+    for them in the application's request, :func:`~mnemoscope.trace.endpoint_score.served_scores`).
+    Used by ``grammar``/``positions`` instead of forcing the with-context path when they line up:
+    the same prompt length, tokens that spell the answer and number as many as its ids (else they
+    are ignored, with a note). The audit then pays for the no-context path only.
     """
     ep = client.endpoint
     T = max_new_tokens or config.max_new_tokens
@@ -258,12 +266,35 @@ def trace_endpoint_prompts(
     if not p_without:
         raise InputError("the no-context prompt is empty", record=rid, field="prompt_without")
     caps = client.capabilities()
-    if caps.score_method == "native":
-        sc = _native_scores(client, rid, p_with, p_without, config, answer, T)
-    elif caps.score_method == "positions":
-        sc = _positions_scores(client, rid, p_with, p_without, config, answer, T)
-    else:
-        sc = _echo_scores(client, rid, p_with, p_without, config, answer, T)
+    chain = caps.fallbacks
+    refused: list[str] = []
+    for i, path in enumerate(chain):
+        try:
+            if path in ("grammar", "positions"):
+                sc = _positions_scores(
+                    client,
+                    rid,
+                    p_with,
+                    p_without,
+                    config,
+                    answer,
+                    T,
+                    grammar=path == "grammar",
+                    served=served,
+                )
+            else:
+                sc = _SCORERS[path](client, rid, p_with, p_without, config, answer, T)
+            break
+        except (TokenAlignmentError, EndpointCapabilityError) as e:
+            if i + 1 == len(chain):
+                if refused:
+                    raise type(e)(
+                        f"{e.reason} (after {'; '.join(refused)})", endpoint=e.endpoint, status=e.status
+                    ) from e
+                raise
+            refused.append(f"{path} refused: {e.reason}")
+    if refused:
+        sc.notes[:0] = [f"{r}; scored by the next path ({path})" for r in refused]
     ans, e_with, e_without, use_eos, notes = sc.ans, sc.e_with, sc.e_without, sc.use_eos, sc.notes
     n = len(ans)
     intern: dict[str, int] = {}
@@ -358,7 +389,7 @@ def trace_endpoint_prompts(
             "kind": "endpoint",
             "endpoint": ep,
             "model": client.model,
-            "method": caps.method,
+            "method": caps.method_name(path),
             "kl_estimator": "topk",
             "k": k,
             "unmeasured": list(UNMEASURED),
@@ -583,7 +614,24 @@ def _answer_ids(
     return full[len(prompt_ids) :]
 
 
-def _positions_scores(
+def _served_mismatch(served: Scored, answer_text: str, n_prompt: int, n_ans: int) -> str | None:
+    """Why the served with-context log-probs cannot stand for the forced ones (``None``: they can)."""
+    if served.n_prompt is not None and served.n_prompt != n_prompt:
+        return f"the upstream counted {served.n_prompt} prompt tokens, the audited prompt has {n_prompt}"
+    acc, keep = "", 0
+    while keep < len(served) and len(acc) < len(answer_text):
+        acc += served.pieces[keep]
+        keep += 1
+    if acc != answer_text:
+        return "its tokens do not spell the answer on a token boundary"
+    if keep != n_ans:
+        return f"{keep} served tokens for the answer's {n_ans} token ids"
+    if any(len(t) == 0 for t in served.tops[:keep]):
+        return "no top log-probs"
+    return None
+
+
+def _grammar_scores(
     client: EndpointClient,
     rid: str,
     p_with: str,
@@ -592,8 +640,28 @@ def _positions_scores(
     answer: str | None,
     T: int,
 ) -> _PairScores:
+    """``grammar`` (llama-cpp-python): as ``positions``, but a forced answer costs ONE request per
+    path (a grammar of its token ids, endpoint_score.lcp_force_grammar) and the no-context path is
+    forced on the with-context answer's ids (no piecewise re-tokenization)."""
+    return _positions_scores(client, rid, p_with, p_without, config, answer, T, grammar=True)
+
+
+def _positions_scores(
+    client: EndpointClient,
+    rid: str,
+    p_with: str,
+    p_without: str,
+    config: EndpointPairConfig,
+    answer: str | None,
+    T: int,
+    *,
+    grammar: bool = False,
+    served: Scored | None = None,
+) -> _PairScores:
     """``positions`` (llama-cpp-python and OpenAI completions servers): the with-context answer
-    generated with log-probs, the rest forced one position per request (endpoint_score)."""
+    generated with log-probs, the rest forced one position per request (endpoint_score); with
+    ``grammar`` the forced answers are one request each (``grammar`` path)."""
+    force = lcp_force_grammar if grammar else lcp_force_positions
     ep = client.endpoint
     k = config.top_k
     ends = config.template.end_texts
@@ -633,7 +701,9 @@ def _positions_scores(
         if cut:
             notes.append("the given answer contained an end-of-turn text: it is cut there")
     ans = _answer_ids(client, rid, p_with, ids_with, answer_text, "with-context")
-    if _answer_ids(client, rid, p_without, ids_without, answer_text, "no-context") != ans:
+    # positions re-tokenizes prompt + answer prefix as text on the no-context path: the answer must
+    # tokenize alike there; grammar forces the with-context ids themselves (as in process)
+    if not grammar and _answer_ids(client, rid, p_without, ids_without, answer_text, "no-context") != ans:
         raise TokenAlignmentError(
             f"record {rid}: the answer tokenizes differently after the two prompts", endpoint=ep
         )
@@ -644,9 +714,26 @@ def _positions_scores(
             endpoint=ep,
         )
     pieces = list(gen.pieces) if gen is not None else None
+    if pieces is None and served is not None:
+        why = _served_mismatch(served, answer_text, len(ids_with), len(ans))
+        if why is None:
+            gen = Scored(
+                list(served.pieces[: len(ans)]),
+                None,
+                list(served.own[: len(ans)]),
+                list(served.tops[: len(ans)]),
+            )
+            pieces = list(gen.pieces)
+            notes.append(
+                "with-context log-probs: from the served response (the proxy asked the upstream for them)"
+            )
+        else:
+            notes.append(
+                f"the served response's log-probs are not used ({why}): the with-context path is forced"
+            )
     if pieces is None:
         # spell the given answer's tokens as the server does: force them on the with-context path
-        with_s = lcp_force_positions(client, rid, p_with, len(ids_with), ans, None, k=k, path="with-context")
+        with_s = force(client, rid, p_with, len(ids_with), ans, None, k=k, path="with-context")
         pieces = with_s.pieces
         if "".join(pieces) != answer_text:
             raise TokenAlignmentError(
@@ -656,9 +743,7 @@ def _positions_scores(
     else:
         assert gen is not None
         with_s = gen
-    without_s = lcp_force_positions(
-        client, rid, p_without, len(ids_without), ans, pieces, k=k, path="no-context"
-    )
+    without_s = force(client, rid, p_without, len(ids_without), ans, pieces, k=k, path="no-context")
     use_eos = False
     if stopped_eos and not ends:
         notes.append(
@@ -750,3 +835,11 @@ def _native_scores(
     if use_eos:
         without_s.pieces[-1] = ""
     return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
+
+
+_SCORERS = {
+    "echo": _echo_scores,
+    "positions": _positions_scores,
+    "grammar": _grammar_scores,
+    "native": _native_scores,
+}
