@@ -831,7 +831,7 @@ def _native_scores(
         with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context")
     if use_eos:
         with_s.pieces[-1] = ""
-    without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context")
+    without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context", ends_on_eog=use_eos)
     if use_eos:
         without_s.pieces[-1] = ""
     return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)

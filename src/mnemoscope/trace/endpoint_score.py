@@ -414,18 +414,45 @@ def native_generate(
 
 
 def native_force(
-    client: EndpointClient, rid: str, prompt_ids: Sequence[int], ids: Sequence[int], *, k: int, path: str
+    client: EndpointClient,
+    rid: str,
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    *,
+    k: int,
+    path: str,
+    ends_on_eog: bool = False,
 ) -> Scored:
-    """Teacher-force ``ids`` after ``prompt_ids`` in one request: a grammar of the ids (module doc)."""
+    """Teacher-force ``ids`` after ``prompt_ids`` in one request: a grammar of the ids (module doc).
+
+    ``ends_on_eog``: the last id is the end-of-generation token the answer stopped on. llama-server
+    fails on a grammar that names an end-of-generation token ("Unexpected empty grammar stack"), so
+    the grammar covers the ids before it and ``n_predict`` one more: once a grammar is complete
+    only end-of-generation tokens are allowed, and the server reports that step's unconstrained
+    top-k. The step's log-prob is the answer's end token's (from the top-k when the server sampled
+    another end token; refused when it is not there).
+    """
     ep = client.endpoint
     if not ids:
         return Scored(ids=[])
-    grammar = "root ::= " + " ".join(f"<[{int(i)}]>" for i in ids)
-    data = client.native_completion(list(prompt_ids), n_predict=len(ids), n_probs=k, grammar=grammar)
+    want = [int(i) for i in ids]
+    forced = want[:-1] if ends_on_eog else want
+    grammar = id_grammar(forced) if forced else None
+    data = client.native_completion(list(prompt_ids), n_predict=len(want), n_probs=k, grammar=grammar)
     s = _native_steps(data, ep, f"{path} forced answer")
-    if s.ids != [int(i) for i in ids]:
+    assert s.ids is not None
+    if ends_on_eog and len(s.ids) == len(want) and s.ids[:-1] == forced and s.ids[-1] != want[-1]:
+        own = s.tops[-1].get(want[-1])
+        if own is None:
+            raise TokenAlignmentError(
+                f"record {rid}: on the {path} path the server ended on token {s.ids[-1]}, and the answer's end "
+                f"token {want[-1]} is not in its top-k: its log-prob cannot be read",
+                endpoint=ep,
+            )
+        s.ids[-1], s.own[-1] = want[-1], own
+    if s.ids != want:
         raise TokenAlignmentError(
-            f"record {rid}: on the {path} path the grammar-forced tokens {s.ids} are not the answer's {list(ids)}",
+            f"record {rid}: on the {path} path the grammar-forced tokens {s.ids} are not the answer's {want}",
             endpoint=ep,
         )
     return s
