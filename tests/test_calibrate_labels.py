@@ -234,3 +234,83 @@ def test_real_model_drops_an_invented_item_mislabelled_as_memory(real_lm: Any, t
     assert "invented-as-memory" not in kept
     assert res["dropped_reasons"]["memorized"].get("not answered closed-book") == 1
     assert {"known", "invented"} <= kept, res
+
+
+# -- the endpoint calibration: the same verification, split and card (a fake server) --------------
+
+
+def test_endpoint_calibration_verifies_splits_and_writes_the_card(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``calibrate_endpoint_profile`` with ``labels="verify"``: the server's traces are stood in by
+    tiny-model traces (the tracing itself is covered by the real-server tests), answers are checked
+    by a scripted matcher; dropped items are counted, the held-out part is scored through the
+    endpoint backend and the card is written."""
+    from types import SimpleNamespace
+
+    import mnemoscope.bench.reliance as rel
+    import mnemoscope.pipelines.endpoint as ep
+    from helpers import tiny_lm
+    from mnemoscope.models.endpoint import Capabilities, EndpointFingerprint
+    from mnemoscope.pipelines.signals import answer_pieces
+    from mnemoscope.trace import PairConfig, PairItem, load_traces
+    from mnemoscope.trace.pipeline import run_pairs
+
+    lm = tiny_lm(layers=2)
+    recs = [_rec(i, i % 2, f"Ka{i % 5}", fact_id=f"f{i}") for i in range(36)]
+    run_pairs(
+        lm,
+        [PairItem(r.id, r.context, r.query, r.label) for r in recs],
+        tmp_path / "t",
+        config=PairConfig(max_new_tokens=3, answer_without=True),
+        progress=False,
+    )
+    traces = {t.id: t for t in load_traces(tmp_path / "t")}
+    drop = {"r0", "r1"}  # r0 (memory) not answered closed-book, r1 (clean) answered closed-book
+
+    calls: Counter[str] = Counter()
+
+    def matcher(generation: str, item: Any) -> bool:  # check_item asks closed-book first, then open-book
+        closed = calls[item["id"]] % 2 == 0
+        calls[item["id"]] += 1
+        if item["id"] in drop:
+            return closed if item["label"] == 0 else not closed
+        return not closed or item["label"] == 1  # memory: both; clean: open-book only
+
+    monkeypatch.setattr(rel, "answer_matches", matcher)
+
+    def fake_trace(client: Any, records: Any, config: Any, folder: Any, **kw: Any) -> Any:
+        out = ep.TracedRecords()
+        for r in records:
+            t = traces[r.id]
+            out.traces.append(t)
+            out.pieces.append(answer_pieces(lm.tokenizer, t.answer_ids))
+            out.records.append(r)
+            out.closed_book[r.id] = t.answer_without
+        return out
+
+    monkeypatch.setattr(ep, "trace_with_closed_book", fake_trace)
+    caps = Capabilities("fake", "llama.cpp", "llama.cpp", True, True, 20, score_method="native")
+    client = SimpleNamespace(
+        model="fake",
+        endpoint="http://fake/v1",
+        config=SimpleNamespace(to_dict=lambda: {"base_url": "http://fake/v1"}, concurrency=1),
+        require_teacher_forcing=lambda: caps,
+        require_top_k=lambda k: None,
+        fingerprint=lambda: EndpointFingerprint("fake", {"p": {"a": -0.1}}),
+    )
+    cfg = ep.EndpointCalibrationConfig(
+        chat_template="none", max_new_tokens=3, top_k=5, labels="verify", min_per_class=5
+    )
+    prof = ep.calibrate_endpoint_profile(client, recs, tmp_path / "p", cfg, progress=False, timing_sample=0)  # type: ignore[arg-type]
+    lab = prof.header["labels"]
+    assert lab["n_kept"] == 34 and lab["dropped_reasons"] == {
+        "memory": {"not answered closed-book": 1},
+        "clean": {"answered closed-book": 1},
+    }
+    card = prof.validation
+    assert card is not None and card["profile_hash"] == prof.content_hash
+    rows = read_held_out(tmp_path / "p")
+    assert len(rows) == card["held_out"]["n"] and not {r["id"] for r in rows} & drop
+    assert card["labels"]["n_per_class"] == {"memory": 17, "context": 17}
+    assert prof.layout["stop"] == list(prof.builder.stop) and prof.layout["stop"]  # no chat template
