@@ -307,9 +307,11 @@ def profile_hash(header: dict[str, Any], crm_bytes: bytes | None = None) -> str:
 
 
 DEFAULT_PROFILES = "mnemoscope.data.profiles"
-#: measured calibration rate: wall seconds per record per billion parameters, 1 thread, this repo's
-#: 2-core CPU (docs/calibrate.md; benchmarks/results/calibration/*/card.json)
-SECONDS_PER_RECORD_PER_BPARAM = 10.0
+#: calibration rate on one idle CPU thread: wall seconds per record per billion parameters (as
+#: estimated by :func:`n_params_estimate`). Qwen2.5-Coder-0.5B (0.37 B by that estimate) traced 120
+#: records in about 10 min on one core (issue 27): 13.5 s per record per B. A loaded machine is
+#: slower (docs/calibrate.md: 20-26 s per record for the 135M default model at load 12-20).
+SECONDS_PER_RECORD_PER_BPARAM = 13.5
 #: records the shipped calibration data gives a calibration by default
 DEFAULT_CALIBRATION_RECORDS = 240
 
@@ -368,7 +370,7 @@ def default_profile_path(info: Any) -> Path:
     secs = estimate_calibration_seconds(info)
     raise ProfileError(
         f"no audit profile fits the model {name} (none shipped, none cached under {cached}); calibrate one "
-        f"with `{calibrate_command(info)}` (about {secs / 60:.0f} min on one CPU thread for "
+        f"with `{calibrate_command(info)}` (about {secs / 60:.0f} min on one idle CPU thread for "
         f"{DEFAULT_CALIBRATION_RECORDS} records), or pass --auto-calibrate to run it once and cache it, "
         "or --profile DIR"
     )
