@@ -201,3 +201,38 @@ def test_leaning_memory_without_flag_is_context_when_what_it_names_is_context_su
     # nothing it names is context-supported: it stays undetermined (leans memory, no flag)
     assert decide_source(answer="x", tokens=_words([("Paris", "memory")]), **kw)[0] == "undetermined"
     assert decide_source(answer="x", tokens=_words([("Paris", "neutral")]), **kw)[0] == "undetermined"
+
+
+def test_a_profile_measures_its_signal_with_the_query_match_it_was_calibrated_with() -> None:
+    """context_token_fraction of a profile calibrated before the query source finds query words as
+    it did (exact whole words), so its verdict does not move; tokens and spans are normalised."""
+    from types import SimpleNamespace
+
+    from mnemoscope.pipelines.signals import query_match_of
+
+    pieces = [" The", " one", "-", " or", " two", "-", "letter", " symbol", " is", " U", "."]
+    q = "Which one- or two-letter symbol is used for uranium?"
+    n = len(pieces)
+    kw = {
+        "pieces": pieces,
+        "logp_with": np.log(np.where(np.arange(n) == 9, 0.99, 0.5)),  # the context raises " U"
+        "logp_without": np.log(np.where(np.arange(n) == 9, 0.2, 0.5)),
+        "kl": np.zeros(n),
+        "top1_without": np.ones(n, dtype=bool),
+        "query": q,
+        "margin": LOG2,
+    }
+    new = attribute_tokens(**kw)
+    old = attribute_tokens(**kw, query_match="exact")
+    src_new = {t.text: t.source for t in new}
+    src_old = {t.text: t.source for t in old}
+    assert src_new[" two"] == src_new["letter"] == "query"  # "two-letter": each term is in the query
+    assert src_old[" two"] == src_old["letter"] == "memory"  # exact: not whole words of the query
+    assert src_new[" U"] == src_old[" U"] == "context"
+    assert context_token_fraction(new) == 1.0 and context_token_fraction(old) == pytest.approx(1 / 3)
+    with pytest.raises(Exception, match="query_match"):
+        attribute_tokens(**kw, query_match="fuzzy")  # type: ignore[arg-type]
+    assert query_match_of(SimpleNamespace(header={})) == "exact"  # calibrated before: as it was
+    assert query_match_of(SimpleNamespace(header={"token_attribution": {"query_match": "normalised"}})) == (
+        "normalised"
+    )

@@ -62,6 +62,8 @@ from mnemoscope.errors import InputError
 
 __all__ = [
     "MIN_MARGIN",
+    "QUERY_MATCH",
+    "QueryMatch",
     "Span",
     "TokenAttribution",
     "TokenSource",
@@ -79,6 +81,12 @@ __all__ = [
 ]
 
 TokenSource = Literal["context", "memory", "neutral", "query"]
+#: how a word is found in the query: ``"normalised"`` (:func:`supported_by`: case, punctuation,
+#: hyphens, possessive, inflection) or ``"exact"`` (the lowercased whole word, as profiles calibrated
+#: before the ``query`` source measured ``context_token_fraction``)
+QueryMatch = Literal["normalised", "exact"]
+#: what a profile calibrated now records (``profile.json``: ``token_attribution.query_match``)
+QUERY_MATCH: QueryMatch = "normalised"
 MIN_MARGIN = math.log(2.0)
 
 # Closed-class English words: they carry grammar, not facts.
@@ -361,8 +369,9 @@ def attribute_tokens(
     top1_without: np.ndarray,
     query: str,
     margin: float,
+    query_match: QueryMatch = QUERY_MATCH,
 ) -> list[TokenAttribution]:
-    """Label every answer token context / memory / neutral (module doc).
+    """Label every answer token context / memory / query / neutral (module doc).
 
     Args:
         pieces: the text each answer token adds to the decoded answer (``""`` for a special
@@ -372,6 +381,9 @@ def attribute_tokens(
         top1_without: ``[step]`` whether y_t is the no-context path's most likely token.
         query: the query (words it contains are marked ``query`` in the answer).
         margin: the calibrated PMI margin in nats (``>= log 2`` recommended).
+        query_match: ``"normalised"`` (default) or ``"exact"``: the whole lowercased word must be a
+            query word (:data:`QueryMatch`; kept so a profile measures ``context_token_fraction``
+            the way it was calibrated).
     """
     n = len(pieces)
     arrays = {
@@ -390,7 +402,12 @@ def attribute_tokens(
     if not math.isfinite(margin):
         raise InputError("margin must be finite", field="margin")
     pmi = arrays["logp_with"] - arrays["logp_without"]
+    if query_match not in ("normalised", "exact"):
+        raise InputError(
+            f"query_match must be 'normalised' or 'exact', got {query_match!r}", field="query_match"
+        )
     qterms = query_terms(query)
+    qexact = {_norm(w) for w in _WORD_RE.findall(query)}
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
     out: list[TokenAttribution | None] = [None] * n
     for group in _words(pieces):
@@ -399,7 +416,7 @@ def attribute_tokens(
         src: TokenSource = "neutral"
         if not _wordlike(word):
             pass
-        elif supported_by(word, qterms):
+        elif supported_by(word, qterms) if query_match == "normalised" else _norm(word) in qexact:
             src = "query"
         else:
             if wpmi > margin:

@@ -56,7 +56,7 @@ from mnemoscope.pipelines.requests import (
     read_audit_inputs,
 )
 from mnemoscope.pipelines.results import RESULTS_FORMAT, EarlyStop, ResultsFolder
-from mnemoscope.pipelines.signals import answer_pieces, measure, trace_signals
+from mnemoscope.pipelines.signals import answer_pieces, measure, query_match_of, trace_signals
 from mnemoscope.pipelines.verdict import RULES, Rule, decide, decide_source, get_rule
 from mnemoscope.trace.types import PairTrace
 
@@ -309,6 +309,7 @@ class Auditor:
             t,
             pieces,
             margin=prof.token_margin,
+            query_match=query_match_of(prof),
             repcs=self._repcs,
             crm=prof.crm,
             anomaly=prof.anomaly,

@@ -27,6 +27,7 @@ from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm_artifact import save_crm
 from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
+from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.io import atomic_write, canonical_json
 from mnemoscope.pipelines.profile import (
     PROFILE_FORMAT,
@@ -382,6 +383,7 @@ def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Pat
         "token_attribution": {
             "margin": margin,
             "quantile": c.token_margin_quantile,
+            "query_match": QUERY_MATCH,  # how context_token_fraction finds query words (attribution)
             "note": "a word is context-supported when log p(word | c, q) - log p(word | q) exceeds the margin",
         },
         "verdict": None if verdict is None else verdict.to_dict(),

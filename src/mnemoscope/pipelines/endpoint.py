@@ -33,6 +33,7 @@ import numpy as np
 
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.errors import InputError, MnemoscopeError
+from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
@@ -416,6 +417,7 @@ def calibrate_endpoint_profile(
         "token_attribution": {
             "margin": margin,
             "quantile": c.token_margin_quantile,
+            "query_match": QUERY_MATCH,  # how context_token_fraction finds query words (attribution)
             "note": "a word is context-supported when log p(word | c, q) - log p(word | q) exceeds the margin",
         },
         "verdict": None if verdict is None else verdict.to_dict(),

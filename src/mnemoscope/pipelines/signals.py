@@ -18,6 +18,8 @@ import numpy as np
 from mnemoscope.detectors.crm_artifact import FittedCRM
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.features.attribution import (
+    QUERY_MATCH,
+    QueryMatch,
     Span,
     TokenAttribution,
     attribute_tokens,
@@ -27,7 +29,7 @@ from mnemoscope.features.attribution import (
 from mnemoscope.pipelines.verdict import AnomalyRule
 from mnemoscope.trace.types import PairTrace
 
-__all__ = ["CRMMeasure", "Measured", "answer_pieces", "measure", "trace_signals"]
+__all__ = ["CRMMeasure", "Measured", "answer_pieces", "measure", "query_match_of", "trace_signals"]
 
 
 def answer_pieces(tokenizer: Any, answer_ids: Sequence[int] | np.ndarray) -> list[str]:
@@ -97,6 +99,14 @@ class Measured:
         return bool(self.trace.identical_prompts)
 
 
+def query_match_of(profile: Any) -> QueryMatch:
+    """How ``profile`` was calibrated to find query words in ``context_token_fraction``: what its
+    ``token_attribution.query_match`` records, ``"exact"`` for a profile calibrated before the
+    ``query`` source (the signal is measured as the verdict model was fitted on it)."""
+    rec = (profile.header.get("token_attribution") or {}) if profile is not None else {}
+    return "normalised" if rec.get("query_match") == "normalised" else "exact"
+
+
 def measure(
     trace: PairTrace,
     pieces: Sequence[str],
@@ -106,8 +116,14 @@ def measure(
     crm: FittedCRM | None = None,
     anomaly: AnomalyRule | None = None,
     crm_probability: bool = False,
+    query_match: QueryMatch = QUERY_MATCH,
 ) -> Measured:
     """Measure one trace (module doc).
+
+    The token attribution (``tokens``, ``spans``) always finds query words after normalisation
+    (:func:`~mnemoscope.features.attribution.supported_by`); ``query_match`` says how the signal
+    ``context_token_fraction`` does (:func:`query_match_of` the profile: a profile calibrated with
+    exact word matching is measured that way, so its verdict is what it was calibrated to give).
 
     ``lts_score`` (and the CRM block) is present only when the trace has hidden states and
     ``crm`` + ``anomaly`` are given; ``crm_probability`` also needs a CRM classifier.
@@ -125,6 +141,19 @@ def measure(
         margin=margin,
     )
     frac = context_token_fraction(tokens)
+    if query_match != "normalised":
+        frac = context_token_fraction(
+            attribute_tokens(
+                pieces=pieces,
+                logp_with=trace.logprob_answer_with,
+                logp_without=trace.logprob_answer_without,
+                kl=trace.kl_steps,
+                top1_without=top1,
+                query=trace.query,
+                margin=margin,
+                query_match=query_match,
+            )
+        )
     z = float(repcs.z([trace])[0])
     values = {
         "repcs_z": z,
@@ -175,5 +204,6 @@ def trace_signals(
         repcs=repcs,
         crm=None if profile is None else profile.crm,
         anomaly=None if profile is None else profile.anomaly,
+        query_match=QUERY_MATCH if profile is None else query_match_of(profile),
     )
     return m.values, m.tokens
