@@ -8,19 +8,25 @@ after):
   through the proxy to a small real HTTP server that misbehaves on purpose (the one of
   tests/test_proxy_faults.py); the proxy's open file descriptors, its upstream connections and
   its resident memory are sampled every 100 requests. No model is needed.
-* ``latency``: streamed answers from a real llama.cpp server (the default model), time to first
-  token and time to ``[DONE]`` as the client sees them, direct vs through the proxy with auditing
-  off and on. Requests alternate between the three paths, one at a time; with auditing on, the
-  next request waits until the previous audit is logged (``--gap audit``: the proxy's own cost)
-  or not (``--gap none``: the audit's load on the same server included).
-* ``load``: N concurrent clients (bounded) send M non-streamed requests; throughput and p50/p99
-  latency direct vs proxy (audit off / on, bounded audit queue); how many audits were shed.
+* ``latency``: streamed answers from a real llama.cpp server (the default model) through the
+  official ``openai`` client, time to first token (first chunk with content) and time to the end
+  of the stream, direct vs through the proxy (``mnemoscope proxy`` in its own process) with
+  auditing off and on. Rounds send one request per path, one at a time, in rotating order; with
+  auditing on, the next request waits until the previous audit is logged (``--gap audit``: the
+  proxy's own cost) or not (``--gap none``: the audit's load on the same server included). The
+  proxy arms are compared with the direct one round by round (median paired difference and
+  ratio, bootstrap CIs).
+* ``load``: N concurrent clients (bounded: ``--n`` requests and ``--max-seconds`` per arm) of the
+  official ``openai`` client send chat requests, non-streamed then streamed, direct vs through
+  the proxy (``--no-audit`` / auditing with a bounded queue); per arm: requests/s, p50/p99
+  latency (and TTFT for streams), error rate, the audits' statuses (shed = ``skipped``), and the
+  proxy process's RSS, fds, threads and CPU sampled every second.
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py leak --n 1000
-    OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py latency --n 20 --threads 1
-    OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py load --clients 4 --n 48 --threads 1
+    OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py latency --n 30 --threads 1 --profile DIR
+    OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py load --clients 4 --n 48 --threads 1 --profile DIR
 """
 
 from __future__ import annotations
@@ -198,13 +204,18 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
 # -- the real llama.cpp server ----------------------------------------------------------------------
 
 
-def _llama(threads: int) -> Any:
+def _llama(threads: int, interrupt: bool = True) -> Any:
+    """llama-cpp-python's server. ``interrupt=False``: ``--interrupt_requests False`` (by default a
+    new request interrupts the stream being generated, which cuts concurrent streams short)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from llama_servers import LlamaCppServer  # the tests' server launcher (python -m llama_cpp.server)
     from mnemoscope.models.loader import default_gguf_path
 
     server = LlamaCppServer(
-        default_gguf_path(), n_threads=threads, log_path=Path("/tmp/bench_proxy_llama.log")
+        default_gguf_path(),
+        n_threads=threads,
+        log_path=Path("/tmp/bench_proxy_llama.log"),
+        extra_args=() if interrupt else ("--interrupt_requests", "False"),
     )
     server.start(timeout=300)
     return server
@@ -236,46 +247,179 @@ def _auditor(server: Any, profile: str | None) -> Any:
     return EndpointAuditor(client, prof)
 
 
-def _stream_once(base: str, max_tokens: int, tag: str = "") -> dict[str, Any]:
-    """TTFT (first content delta) and time to [DONE] of one streamed chat completion. ``tag``
-    starts the system prompt, so that no request reuses the server's prompt cache of another
-    (the audit's own requests fill it): every path pays the same prompt evaluation."""
-    import httpx
+class ProxyProcess:
+    """``mnemoscope proxy`` as its own process (as deployed): its fds, threads, RSS and CPU are read
+    from ``/proc/<pid>`` without the benchmark's clients in them."""
 
-    msgs = (
-        [{**MESSAGES[0], "content": f"[{tag}] {MESSAGES[0]['content']}"}, *MESSAGES[1:]] if tag else MESSAGES
-    )
-    body = {
-        "model": "smollm2",
-        "messages": msgs,
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-    }
+    def __init__(self, upstream: str, db: Path, profile: str, *args: str, log: Path | None = None):
+        import subprocess
+
+        import httpx
+
+        self.port = _free_port()
+        self.command = [
+            sys.executable, "-m", "mnemoscope", "proxy", "--upstream", upstream, "--profile", profile,
+            "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port), *args,
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self._log = open(log or db.with_suffix(".log"), "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.url = f"http://127.0.0.1:{self.port}"
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the proxy exited with {self.proc.returncode}: see {self._log.name}")
+            try:
+                if httpx.get(f"{self.url}/mnemoscope/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > 300:
+                self.stop()
+                raise RuntimeError("the proxy did not start within 300 s")
+            time.sleep(0.2)
+
+    def health(self) -> dict[str, Any]:
+        import httpx
+
+        return dict(httpx.get(f"{self.url}/mnemoscope/health", timeout=30).json())
+
+    def sample(self) -> dict[str, float]:
+        pid = self.proc.pid
+        st = {
+            ln.split(":")[0]: ln.split(":")[1].strip()
+            for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+        }
+        return {
+            "t": time.time(),
+            "rss_mb": round(int(st["VmRSS"].split()[0]) / 1024, 1),
+            "threads": int(st["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "cpu_s": round(_proc_cpu(pid), 2),
+        }
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no audit is in flight (bounded)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.health().get("audits_in_flight", 0) == 0:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def _proc_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Sampler:
+    """Samples a :class:`ProxyProcess` every ``every`` seconds in a thread."""
+
+    def __init__(self, proxy: ProxyProcess | None, every: float = 1.0):
+        self.proxy, self.every, self.samples = proxy, every, []  # type: ignore[var-annotated]
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.proxy is not None:
+                self.samples.append(self.proxy.sample())
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> _Sampler:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+        if self.proxy is not None:
+            self.samples.append(self.proxy.sample())
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.samples:
+            return None
+        first, last = self.samples[0], self.samples[-1]
+        return {
+            "n_samples": len(self.samples),
+            "rss_mb": {
+                "first": first["rss_mb"],
+                "last": last["rss_mb"],
+                "max": max(x["rss_mb"] for x in self.samples),
+            },
+            "fds": {"first": first["fds"], "last": last["fds"], "max": max(x["fds"] for x in self.samples)},
+            "threads": {
+                "first": first["threads"],
+                "last": last["threads"],
+                "max": max(x["threads"] for x in self.samples),
+            },
+            "proxy_cpu_s": round(last["cpu_s"] - first["cpu_s"], 2),
+        }
+
+
+def _openai(base: str, timeout: float) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=base, api_key="not-needed", max_retries=0, timeout=timeout)
+
+
+def _messages(tag: str) -> list[dict[str, str]]:
+    """MESSAGES with ``tag`` starting the system prompt, so that no request reuses the server's
+    prompt cache of another (the audit's own requests fill it): every path pays the same prompt
+    evaluation."""
+    if not tag:
+        return MESSAGES
+    return [{**MESSAGES[0], "content": f"[{tag}] {MESSAGES[0]['content']}"}, *MESSAGES[1:]]
+
+
+def _chat(client: Any, max_tokens: int, tag: str, stream: bool) -> dict[str, Any]:
+    """One chat completion through the official ``openai`` client: wall time, TTFT (streams: the
+    first chunk with content), the audit id header and (JSON answers) the proxy's audit status."""
     t0 = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(
+        model="smollm2", messages=_messages(tag), temperature=0, max_tokens=max_tokens, stream=stream
+    )
+    aid = raw.headers.get("x-mnemoscope-audit-id")
+    if aid is None and raw.headers.get("x-mnemoscope-audit"):  # JSON answers: the id is in the summary
+        aid = json.loads(raw.headers["x-mnemoscope-audit"]).get("id")
     ttft = None
-    aid = None
-    buf = b""
-    with httpx.stream("POST", f"{base}/chat/completions", json=body, timeout=600) as r:
-        aid = r.headers.get("x-mnemoscope-audit-id")
-        for part in r.iter_raw():
-            buf += part
-            while b"\n\n" in buf:
-                event, buf = buf.split(b"\n\n", 1)
-                data = event.strip().removeprefix(b"data:").strip()
-                if data == b"[DONE]":
-                    return {"ttft_s": ttft, "total_s": time.perf_counter() - t0, "audit_id": aid}
-                if ttft is None and data.startswith(b"{"):
-                    try:
-                        delta = json.loads(data)["choices"][0].get("delta") or {}
-                    except (ValueError, KeyError, IndexError):
-                        continue
-                    if delta.get("content"):  # the first token's text (not the role-only chunk)
-                        ttft = time.perf_counter() - t0
-    return {"ttft_s": ttft, "total_s": time.perf_counter() - t0, "audit_id": aid}
+    status = None
+    text = ""
+    if stream:
+        for chunk in raw.parse():
+            if chunk.choices and chunk.choices[0].delta.content:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                text += chunk.choices[0].delta.content
+    else:
+        resp = raw.parse()
+        text = resp.choices[0].message.content or ""
+        m = (resp.model_extra or {}).get("mnemoscope")
+        status = None if m is None else str(m.get("status"))
+    return {
+        "ttft_s": ttft,
+        "total_s": time.perf_counter() - t0,
+        "audit_id": aid,
+        "status": status,
+        "empty": not text.strip(),
+    }
 
 
-def _wait_logged(proxy: Proxy, aid: str | None, timeout: float = 900) -> dict[str, Any] | None:
+def _wait_logged(proxy: Any, aid: str | None, timeout: float = 900) -> dict[str, Any] | None:
     import httpx
 
     if aid is None:
@@ -298,30 +442,81 @@ def _summ(xs: list[float]) -> dict[str, float]:
     }
 
 
+def _paired(a: list[float | None], b: list[float | None], seed: int = 0) -> dict[str, Any]:
+    """Paired comparison of ``b`` (proxy) with ``a`` (direct) over the same rounds: the median of
+    the per-round differences and of the ratios b/a - 1, each with a 95 % bootstrap CI."""
+    import numpy as np
+
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    if len(pairs) < 3:
+        return {"n": len(pairs)}
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    d, r = y - x, y / x - 1
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(d), size=(4000, len(d)))
+    bd, br = np.median(d[idx], axis=1), np.median(r[idx], axis=1)
+    return {
+        "n": len(pairs),
+        "median_diff_s": round(float(np.median(d)), 4),
+        "median_diff_ci95_s": [
+            round(float(np.percentile(bd, 2.5)), 4),
+            round(float(np.percentile(bd, 97.5)), 4),
+        ],
+        "median_ratio_minus_1": round(float(np.median(r)), 4),
+        "median_ratio_minus_1_ci95": [
+            round(float(np.percentile(br, 2.5)), 4),
+            round(float(np.percentile(br, 97.5)), 4),
+        ],
+    }
+
+
+def _profile_dir(server: Any, profile: str | None) -> str:
+    """An endpoint profile folder for the proxies (calibrated there on 10 verified items when empty)."""
+    import tempfile
+
+    out = Path(profile) if profile else Path(tempfile.mkdtemp()) / "profile"
+    if not (out / "profile.json").is_file():
+        _auditor(server, str(out))
+    return str(out)
+
+
+def _proxies(server: Any, args: argparse.Namespace, tmp: Path) -> dict[str, ProxyProcess]:
+    prof = _profile_dir(server, args.profile)
+    off = ProxyProcess(server.base_url, tmp / "off.db", prof, "--no-audit")
+    on_args = ["--audit-queue", str(args.audit_queue)]
+    if getattr(args, "audit_wait", None) is not None:
+        on_args += ["--audit-wait", str(args.audit_wait)]
+    on = ProxyProcess(server.base_url, tmp / "on.db", prof, *on_args)
+    return {"proxy_audit_off": off, "proxy_audit_on": on}
+
+
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     server = _llama(args.threads)
+    tmp = Path(tempfile.mkdtemp())
+    procs: dict[str, ProxyProcess] = {}
     try:
-        auditor = _auditor(server, args.profile)
-        tmp = Path(tempfile.mkdtemp())
-        off = Proxy(server.base_url, tmp / "off.db", audit=False)
-        on = Proxy(server.base_url, tmp / "on.db", auditor=auditor)
-        paths = {
-            "direct": server.base_url,
-            "proxy_audit_off": f"{off.url}/v1",
-            "proxy_audit_on": f"{on.url}/v1",
-        }
-        for base in paths.values():  # warm-up: the server's prompt cache, the pools
-            _stream_once(base, args.max_tokens)
-        _wait_logged(on, None)
+        procs = _proxies(server, args, tmp)
+        on = procs["proxy_audit_on"]
+        paths = {"direct": server.base_url, **{k: f"{p.url}/v1" for k, p in procs.items()}}
+        clients = {k: _openai(v, 600) for k, v in paths.items()}
+        for c in clients.values():  # warm-up: the server's prompt cache, the pools
+            _chat(c, args.max_tokens, "", True)
+        on.wait_idle(900)
         time.sleep(1)
         res: dict[str, list[dict[str, Any]]] = {k: [] for k in paths}
         audits = []
         names = list(paths)
+        loads = []
+        t_run = time.perf_counter()
         for i in range(args.n):
+            if args.max_seconds and time.perf_counter() - t_run > args.max_seconds:
+                break
+            loads.append(os.getloadavg()[0])
             for name in names[i % 3 :] + names[: i % 3]:  # each path first in turn
-                r = _stream_once(paths[name], args.max_tokens, tag=f"{i}-{name}")
+                r = _chat(clients[name], args.max_tokens, f"{i}-{name}", True)
                 res[name].append(r)
                 if name == "proxy_audit_on":
                     rec = _wait_logged(on, r["audit_id"]) if args.gap == "audit" else None
@@ -336,10 +531,11 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
                         "latency_ms": None if rec is None else rec.get("latency_ms"),
                     }
                 )
-        out: dict[str, Any] = {"paths": {}}
+        out: dict[str, Any] = {"paths": {}, "rounds": len(res["direct"])}
         for name, rs in res.items():
             out["paths"][name] = {
                 "ttft": _summ([r["ttft_s"] for r in rs if r["ttft_s"] is not None]),
+                "ttft_missing": sum(r["ttft_s"] is None for r in rs),
                 "total_to_done": _summ([r["total_s"] for r in rs]),
             }
         d = out["paths"]["direct"]
@@ -349,22 +545,38 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             p["total_median_vs_direct"] = round(
                 p["total_to_done"]["median_s"] / d["total_to_done"]["median_s"] - 1, 4
             )
+            p["ttft_paired_vs_direct"] = _paired(
+                [r["ttft_s"] for r in res["direct"]], [r["ttft_s"] for r in res[name]]
+            )
+            p["total_paired_vs_direct"] = _paired(
+                [r["total_s"] for r in res["direct"]], [r["total_s"] for r in res[name]]
+            )
         statuses: dict[str, int] = {}
         for a in audits:
             statuses[str(a["status"])] = statuses.get(str(a["status"]), 0) + 1
         lat = [float(a["latency_ms"]) for a in audits if a["latency_ms"] is not None]
-        out["audits"] = {"statuses": statuses, "audit_ms": _summ([x / 1000 for x in lat])}
+        out["audits"] = {"statuses": statuses, "audit_s": _summ([x / 1000 for x in lat])}
+        out["loadavg_1min_per_round"] = {
+            "min": min(loads),
+            "median": statistics.median(loads),
+            "max": max(loads),
+        }
         out["settings"] = {
-            "n_rounds": args.n,
+            "n_rounds_asked": args.n,
+            "client": "the official openai client (stream=True), one request at a time",
+            "proxy": "mnemoscope proxy in its own process ("
+            + " ".join(procs["proxy_audit_on"].command[3:])
+            + ")",
             "prompt_cache": "defeated: each request's system prompt starts with its own tag; paths rotate",
             "max_tokens": args.max_tokens,
             "gap": args.gap,
             "server_threads": args.threads,
+            "server": " ".join(server.command[1:]),
         }
-        off.stop()
-        on.stop()
         return out
     finally:
+        for p in procs.values():
+            p.stop()
         server.stop()
 
 
@@ -372,66 +584,117 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    import httpx
-
-    server = _llama(args.threads)
+    server = _llama(args.threads, interrupt=args.interrupt_requests == "true")
+    tmp = Path(tempfile.mkdtemp())
+    procs: dict[str, ProxyProcess] = {}
     try:
-        auditor = _auditor(server, args.profile)
-        tmp = Path(tempfile.mkdtemp())
-        off = Proxy(server.base_url, tmp / "off.db", audit=False)
-        on = Proxy(server.base_url, tmp / "on.db", auditor=auditor, audit_queue=args.audit_queue)
-        paths = {
-            "direct": server.base_url,
-            "proxy_audit_off": f"{off.url}/v1",
-            "proxy_audit_on": f"{on.url}/v1",
-        }
-        body = {"model": "smollm2", "messages": MESSAGES, "temperature": 0, "max_tokens": args.max_tokens}
-        out: dict[str, Any] = {"paths": {}}
-        for name, base in paths.items():
-            lat: list[float] = []
-            statuses: dict[str, int] = {}
-            errors = 0
+        procs = _proxies(server, args, tmp)
+        paths = {"direct": (server.base_url, None), **{k: (f"{p.url}/v1", p) for k, p in procs.items()}}
+        out: dict[str, Any] = {"arms": {}}
+        for mode in ("nonstream", "stream"):
+            for name, (base, proc) in paths.items():
+                arm = f"{name}:{mode}"
+                client = _openai(base, args.timeout)
+                h0 = proc.health() if proc is not None else None
+                results: list[dict[str, Any]] = []
+                errors: dict[str, int] = {}
+                deadline = time.perf_counter() + args.max_seconds
+                not_sent = 0
 
-            def one(_: int, base: str = base) -> tuple[float, str | None]:
+                def one(
+                    i: int, client: Any = client, arm: str = arm, deadline: float = deadline
+                ) -> dict[str, Any]:
+                    if time.perf_counter() > deadline:
+                        return {"not_sent": True}
+                    try:
+                        return _chat(client, args.max_tokens, f"{arm}-{i}", arm.endswith(":stream"))
+                    except Exception as e:  # counted as the arm's errors
+                        return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+
+                load0 = _load()
                 t0 = time.perf_counter()
-                r = httpx.post(f"{base}/chat/completions", json=body, timeout=900)
-                dt = time.perf_counter() - t0
-                if r.status_code != 200:
-                    return dt, f"HTTP {r.status_code}"
-                m = r.json().get("mnemoscope")
-                return dt, None if m is None else str(m.get("status"))
-
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(args.clients) as ex:
-                for dt, st in ex.map(one, range(args.n)):
-                    lat.append(dt)
-                    if st is not None and st.startswith("HTTP"):
-                        errors += 1
-                    elif st is not None:
-                        statuses[st] = statuses.get(st, 0) + 1
-            wall = time.perf_counter() - t0
-            out["paths"][name] = {
-                "wall_s": round(wall, 2),
-                "throughput_rps": round(args.n / wall, 3),
-                "p50_s": round(_pct(lat, 50), 3),
-                "p99_s": round(_pct(lat, 99), 3),
-                "errors": errors,
-                "audit_statuses": statuses,
-            }
-        h = on.health()
-        out["paths"]["proxy_audit_on"]["health"] = h
-        off.stop()
-        on.stop()
+                with _Sampler(proc) as sampler, ThreadPoolExecutor(args.clients) as ex:
+                    for r in ex.map(one, range(args.n)):
+                        if r.get("not_sent"):
+                            not_sent += 1
+                        elif "error" in r:
+                            errors[r["error"]] = errors.get(r["error"], 0) + 1
+                        else:
+                            results.append(r)
+                wall = time.perf_counter() - t0
+                lat = [r["total_s"] for r in results]
+                statuses: dict[str, int] = {}
+                for r in results:
+                    if r["status"] is not None:
+                        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+                rec: dict[str, Any] = {
+                    "sent": args.n - not_sent,
+                    "ok": len(results),
+                    "errors": sum(errors.values()),
+                    "error_rate": round(sum(errors.values()) / max(1, args.n - not_sent), 4),
+                    "error_kinds": errors,
+                    "not_sent_time_bound": not_sent,
+                    "wall_s": round(wall, 2),
+                    "throughput_rps": round(len(results) / wall, 3),
+                    "p50_s": round(_pct(lat, 50), 3),
+                    "p99_s": round(_pct(lat, 99), 3),
+                    "max_s": round(max(lat), 3) if lat else None,
+                    "empty_answers": sum(bool(r["empty"]) for r in results),
+                    "loadavg_before": load0,
+                    "loadavg_after": _load(),
+                }
+                if mode == "stream":
+                    tt = [r["ttft_s"] for r in results if r["ttft_s"] is not None]
+                    rec["ttft_p50_s"] = round(_pct(tt, 50), 3)
+                    rec["ttft_p99_s"] = round(_pct(tt, 99), 3)
+                if statuses:
+                    rec["audit_statuses_in_answers"] = statuses
+                if proc is not None:
+                    idle = proc.wait_idle(args.audit_drain)
+                    h1 = proc.health()
+                    assert h0 is not None
+                    rec["audits_logged_this_arm"] = {
+                        k: h1[k] - h0.get(k, 0)
+                        for k in h1
+                        if k.startswith("n_") and isinstance(h1[k], int) and h1[k] - h0.get(k, 0)
+                    }
+                    rec["audits_drained"] = idle
+                    reasons: dict[str, int] = {}
+                    for r in results:  # every audit's logged outcome, with the reason when not audited
+                        logged = _wait_logged(proc, r["audit_id"], timeout=30)
+                        st = "not logged" if logged is None else str(logged.get("status"))
+                        if logged is not None and st != "audited":
+                            why = str(logged.get("error") or logged.get("reason") or "")[:160]
+                            st = f"{st}: {why}"
+                        reasons[st] = reasons.get(st, 0) + 1
+                    rec["audit_outcomes_logged"] = reasons
+                    rec["proxy_process"] = sampler.summary()
+                out["arms"][arm] = rec
+                print(
+                    arm,
+                    json.dumps({k: rec[k] for k in ("ok", "errors", "throughput_rps", "p50_s", "p99_s")}),
+                    flush=True,
+                )
         out["settings"] = {
             "clients": args.clients,
-            "n_requests": args.n,
+            "client": "the official openai client, one per arm, shared by the client threads",
+            "n_requests_per_arm": args.n,
+            "max_seconds_per_arm": args.max_seconds,
             "max_tokens": args.max_tokens,
             "audit_queue": args.audit_queue,
+            "audit_wait": args.audit_wait,
             "audit_workers": 1,
             "server_threads": args.threads,
+            "server": " ".join(server.command[1:]),
+            "interrupt_requests": args.interrupt_requests,
+            "proxy": {k: " ".join(p.command[3:]) for k, p in procs.items()},
+            "prompt_cache": "defeated: each request's system prompt starts with its own tag",
+            "order": "non-streamed arms, then streamed; direct, proxy --no-audit, proxy with audits",
         }
         return out
     finally:
+        for p in procs.values():
+            p.stop()
         server.stop()
 
 
@@ -449,13 +712,28 @@ def main(argv: list[str] | None = None) -> int:
             help="endpoint profile folder (calibrated there on 10 verified items first when it has none)",
         )
         q.add_argument("--max-tokens", type=int, default=24)
+        q.add_argument("--audit-queue", type=int, default=4)
+        q.add_argument(
+            "--max-seconds", type=float, default=900, help="bound per arm (load) / in all (latency)"
+        )
         if name == "latency":
-            q.add_argument("--n", type=int, default=20, help="rounds (one request per path each)")
+            q.add_argument("--n", type=int, default=30, help="rounds (one request per path each)")
             q.add_argument("--gap", choices=["audit", "none"], default="audit")
         else:
-            q.add_argument("--n", type=int, default=48, help="requests per path")
+            q.add_argument("--n", type=int, default=48, help="requests per arm")
             q.add_argument("--clients", type=int, default=4)
-            q.add_argument("--audit-queue", type=int, default=4)
+            q.add_argument("--timeout", type=float, default=600, help="client time-out per request (s)")
+            q.add_argument("--audit-wait", type=float, default=None, help="the proxy's --audit-wait")
+            q.add_argument(
+                "--audit-drain", type=float, default=600, help="wait at most S s for audits after an arm"
+            )
+            q.add_argument(
+                "--interrupt-requests",
+                choices=["true", "false"],
+                default="false",
+                help="llama-cpp-python's --interrupt_requests (true by default there: a new request cuts the "
+                "stream being generated short; false here so that concurrent streams complete)",
+            )
     p2 = ap
     p2.add_argument("--out", default=None, help="result file (default benchmarks/results/proxy/<what>.json)")
     args = ap.parse_args(argv)

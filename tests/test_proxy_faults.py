@@ -322,3 +322,42 @@ def test_no_leak_over_many_requests(proxy):
     assert rss1 - rss0 < 20_000, (rss0, rss1)  # kB
     h = httpx.get(f"{proxy.url}/mnemoscope/health", timeout=5).json()
     assert h["audits_in_flight"] == 0
+
+
+def test_every_shed_stream_audit_is_logged(bad_upstream, tmp_path, monkeypatch):
+    """Concurrent streams through the official client (which closes at [DONE]) against a full audit
+    queue: every answer's audit is in the log, as audited or as skipped (shed), none is lost
+    (found by bench_proxy load: 5 of 19 shed stream audits were counted but never logged)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    import mnemoscope.server.proxy as proxy_mod
+    from mnemoscope.server.proxy_audit import base_record
+
+    def slow_audit(auditor, located, answer, aid, meta, **kw):
+        time.sleep(0.5)
+        return base_record(aid, meta, "audited")
+
+    monkeypatch.setattr(proxy_mod, "audit_app_prompt", slow_audit)
+    p = _Proxy(bad_upstream[0], tmp_path / "audit.db", timeout=5.0, audit_queue=1)
+    try:
+        c = OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0, timeout=20)
+
+        def one(i: int) -> str:
+            with c.chat.completions.with_streaming_response.create(
+                model="ok", messages=MESSAGES, stream=True, extra_body={"mnemoscope": {"context": CTX}}
+            ) as resp:
+                aid = resp.headers["x-mnemoscope-audit-id"]
+                assert "".join((ch.choices[0].delta.content or "") for ch in resp.parse()) == ANSWER
+            return aid
+
+        with ThreadPoolExecutor(6) as ex:
+            aids = list(ex.map(one, range(12)))
+        statuses = [p.log(a)["status"] for a in aids]
+        h = httpx.get(f"{p.url}/mnemoscope/health", timeout=5).json()
+    finally:
+        p.stop()
+    assert set(statuses) <= {"audited", "skipped"} and "skipped" in statuses, statuses
+    assert h["n_skipped"] == h["n_shed"] == statuses.count("skipped")
+    assert h["n_audited"] == statuses.count("audited")

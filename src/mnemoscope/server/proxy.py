@@ -207,7 +207,11 @@ def create_proxy_app(
         return rec
 
     async def log_now(rec: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.to_thread(store_record, rec)
+        # shielded: a caller cancelled mid-write (a streaming client gone at [DONE]) loses no record
+        task = asyncio.ensure_future(asyncio.to_thread(store_record, rec))
+        pending_logs.add(task)
+        task.add_done_callback(pending_logs.discard)
+        return await asyncio.shield(task)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
