@@ -11,7 +11,7 @@ each item of a stratified subset of the verified context-reliance set (both labe
 2. **audited, generating** (``mnemoscope audit --endpoint``): ``trace_endpoint_pair`` (the audit
    generates the answer itself and scores both paths);
 3. **audited, given answer** (the proxy's case): ``trace_endpoint_pair(answer=served text)``;
-4. on ``positions``/``grammar``, **served with log-probs, then audited on them** (the proxy asks
+4. on ``positions``/``grammar``/``native``, **served with log-probs, then audited on them** (the proxy asks
    the upstream for the answer's top-k log-probs, so the audit scores the no-context path only):
    the serving request with ``logprobs: k`` (its extra server CPU counts as audit load) and
    ``trace_endpoint_pair(answer=..., served=...)``.
@@ -118,7 +118,7 @@ def run_path(
             row["served_tokens"] = (ch.get("usage") or {}).get("completion_tokens")
             # 2. audit that generates, 3. audit of the given (served) answer
             modes: list[tuple[str, Any, Any]] = [("gen", None, None), ("given", served, None)]
-            if method in ("positions", "grammar"):
+            if method in ("positions", "grammar", "native"):
                 # 4. the proxy asks the upstream for the answer's log-probs: serving costs more, the audit less
                 c0, t0 = proc_cpu(pid), time.perf_counter()
                 ch2 = client.completion(
@@ -126,7 +126,7 @@ def run_path(
                 )
                 row["serve_lp_wall"] = time.perf_counter() - t0
                 row["serve_lp_server_cpu"] = proc_cpu(pid) - c0
-                sv = served_scores({"choices": [ch2], "usage": ch2.get("usage")})
+                sv = served_scores({"choices": [ch2], "usage": ch2.get("usage")}, by_id=method == "native")
                 modes.append(("served", str(ch2.get("text", "")), sv))
             for mode, answer, sv in modes:
                 c0, p0, t0 = proc_cpu(pid), time.process_time(), time.perf_counter()

@@ -88,7 +88,7 @@ class ProxySettings:
             ends (``GET /mnemoscope/audits/{id}``). Streams never wait: their verdict follows ``[DONE]``.
         audit: ``False``: forward only (the ``mnemoscope`` object is still removed; nothing is
             audited or logged), to measure what the proxy itself costs.
-        served_logprobs: on llama-cpp-python upstreams, ask for the answer's top-k log-probs in the
+        served_logprobs: on llama-cpp-python and llama-server upstreams, ask for the answer's top-k log-probs in the
             application's (non-streamed) request and audit with them, so that the audit scores the
             no-context path only; they are removed from the answer when the application did not ask
             for log-probs (``logprobs: null``, as the upstream would have sent).
@@ -111,14 +111,17 @@ class ProxySettings:
 
 
 def _wants_served_logprobs(settings: ProxySettings, auditor: Any) -> bool:
-    """Served log-probs are used on llama-cpp-python upstreams only: it reports them from the raw
-    scores whatever the request's sampling settings (docs/endpoint.md), as the audit's own requests."""
+    """Served log-probs are used on llama-cpp-python and llama-server upstreams only: both report
+    them from the raw logits whatever the request's sampling settings (docs/endpoint.md), as the
+    audit's own requests; llama-server gives token ids with them."""
     if not (settings.served_logprobs and settings.audit and auditor is not None):
         return False
     caps = getattr(auditor, "caps", None)
-    return getattr(caps, "server", None) == "llama-cpp-python" and getattr(caps, "score_method", "") in (
-        "grammar",
-        "positions",
+    kind = (getattr(caps, "server", None), getattr(caps, "score_method", ""))
+    return kind in (
+        ("llama-cpp-python", "grammar"),
+        ("llama-cpp-python", "positions"),
+        ("llama.cpp", "native"),
     )
 
 
@@ -409,7 +412,11 @@ def create_proxy_app(
             )
             return Response(content, resp.status_code, headers=with_audit_header(headers, rec))
         answer = _answer_of(data)
-        served = served_scores(data) if _wants_served_logprobs(settings, auditor) else None
+        served = (
+            served_scores(data, by_id=auditor.caps.score_method == "native")
+            if _wants_served_logprobs(settings, auditor)
+            else None
+        )
         if added_logprobs:  # the application did not ask for them: the answer as the upstream would send it
             for ch in data.get("choices") or []:
                 if isinstance(ch, dict):

@@ -282,6 +282,8 @@ def trace_endpoint_prompts(
                     grammar=path == "grammar",
                     served=served,
                 )
+            elif path == "native":
+                sc = _native_scores(client, rid, p_with, p_without, config, answer, T, served=served)
             else:
                 sc = _SCORERS[path](client, rid, p_with, p_without, config, answer, T)
             break
@@ -801,8 +803,11 @@ def _native_scores(
     config: EndpointPairConfig,
     answer: str | None,
     T: int,
+    *,
+    served: Scored | None = None,
 ) -> _PairScores:
-    """``native`` (llama.cpp's llama-server): ids in, ids out; a given answer is forced by a grammar."""
+    """``native`` (llama.cpp's llama-server): ids in, ids out; a given answer is forced by a grammar
+    (or, with ``served`` log-probs whose ids are the answer's, only on the no-context path)."""
     k = config.top_k
     notes: list[str] = []
     ids_with = client.tokenize(p_with)
@@ -828,7 +833,28 @@ def _native_scores(
         if cut:
             notes.append("the given answer contained an end-of-turn text: it is cut there")
         ans = _answer_ids(client, rid, p_with, ids_with, answer_text, "with-context")
-        with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context")
+        why = None
+        if served is not None:
+            if served.ids is None or served.ids[: len(ans)] != ans:
+                why = "its token ids are not the answer's"
+            elif served.n_prompt is not None and served.n_prompt != len(ids_with):
+                why = f"the upstream counted {served.n_prompt} prompt tokens, the audited prompt has {len(ids_with)}"
+            elif any(not t for t in served.tops[: len(ans)]):
+                why = "no top log-probs"
+            else:
+                n = len(ans)
+                with_s = Scored(
+                    list(served.pieces[:n]), list(ans), list(served.own[:n]), list(served.tops[:n])
+                )
+                notes.append(
+                    "with-context log-probs: from the served response (the proxy asked the upstream for them)"
+                )
+            if why is not None:
+                notes.append(
+                    f"the served response's log-probs are not used ({why}): the with-context path is forced"
+                )
+        if served is None or why is not None:
+            with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context")
     if use_eos:
         with_s.pieces[-1] = ""
     without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context", ends_on_eog=use_eos)

@@ -331,21 +331,31 @@ def lcp_force_grammar(
     return s
 
 
-def served_scores(response: dict[str, Any]) -> Scored | None:
+def served_scores(response: dict[str, Any], *, by_id: bool = False) -> Scored | None:
     """The with-context log-probs an upstream response already carries (the proxy asked for them):
-    OpenAI chat ``choices[0].logprobs.content`` or completions' legacy ``logprobs``; ``None`` when
-    absent or malformed (the audit then scores the with-context path itself)."""
+    OpenAI chat ``choices[0].logprobs.content`` (llama-server uses it on completions too, with
+    token ids) or completions' legacy ``logprobs``; ``None`` when absent or malformed (the audit
+    then scores the with-context path itself). ``by_id``: key the top-k by token id (the
+    ``native`` path; ``None`` when the server gives no ids)."""
     try:
         ch = response["choices"][0]
         lp = ch.get("logprobs")
         if not isinstance(lp, dict):
             return None
-        s = Scored()
+        s = Scored(ids=[] if by_id else None)
         if isinstance(lp.get("content"), list):  # chat format
             for e in lp["content"]:
                 s.pieces.append(str(e["token"]))
                 s.own.append(float(e["logprob"]))
-                s.tops.append({str(x["token"]): float(x["logprob"]) for x in e.get("top_logprobs") or []})
+                tops = e.get("top_logprobs") or []
+                if by_id:
+                    assert s.ids is not None
+                    s.ids.append(int(e["id"]))
+                    s.tops.append({int(x["id"]): float(x["logprob"]) for x in tops})
+                else:
+                    s.tops.append({str(x["token"]): float(x["logprob"]) for x in tops})
+        elif by_id:
+            return None
         elif isinstance(lp.get("tokens"), list):  # completions (legacy) format
             for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
                 s.pieces.append(str(tok))
