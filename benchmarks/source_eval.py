@@ -10,6 +10,8 @@ script only uses the public audit API both versions share)::
     # 2. score both, write the result (confusion matrices, accuracy, memory-flag changes)
     python benchmarks/source_eval.py report --before runs/source/before.jsonl --after runs/source/after.jsonl \
         --out benchmarks/results/source/eval.json
+    # where a template-less (base) model's answers end under the default stop sequences
+    python benchmarks/source_eval.py cuts --model GEMMA.gguf --out benchmarks/results/source/cuts_gemma.json
 
 Items (``run``), with the default model and its shipped profile unless ``--model`` / ``--profile``:
 
@@ -42,6 +44,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import os
 import re
 import sys
 import time
@@ -138,6 +141,7 @@ def run(args: argparse.Namespace) -> None:
             "conflicts_file": str(cpath),
             "conflicts_sha256": hashlib.sha256(cpath.read_bytes()).hexdigest() if cpath.exists() else None,
             "n_items": len(items),
+            "load_avg_start": list(os.getloadavg()),
         }
         f.write(json.dumps({"header": head}, ensure_ascii=False) + "\n")
         for s in range(0, len(items), args.batch):
@@ -161,7 +165,8 @@ def run(args: argparse.Namespace) -> None:
             print(
                 f"{min(s + args.batch, len(items))}/{len(items)} {time.perf_counter() - t0:.0f} s", flush=True
             )
-        f.write(json.dumps({"footer": {"seconds": time.perf_counter() - t0}}) + "\n")
+        foot = {"seconds": time.perf_counter() - t0, "load_avg_end": list(os.getloadavg())}
+        f.write(json.dumps({"footer": foot}) + "\n")
 
 
 def _read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
@@ -293,6 +298,78 @@ def report(args: argparse.Namespace) -> None:
         )
 
 
+def cuts(args: argparse.Namespace) -> None:
+    """Where a template-less model's answers end under the default stop sequences (no profile needed):
+    greedy answers of T tokens with the template-less prompt, each cut by ``cut_at_stop`` (the same
+    tokens lockstep decoding with the stops keeps: greedy decoding writes the same prefix)."""
+    import torch
+
+    from mnemoscope.models import load_model
+    from mnemoscope.provenance import provenance
+    from mnemoscope.trace.lockstep import trace_lockstep
+    from mnemoscope.trace.pair import PairConfig, PairItem, cut_at_stop, prepare_pair
+    from mnemoscope.trace.templates import DEFAULT_STOPS, PromptBuilder
+    from mnemoscope.trace.tracer import Tracer
+
+    torch.set_num_threads(1)
+    items = held_out()[: args.limit]
+    lm = load_model(args.model)
+    tracer = Tracer(lm, batch_size=args.batch)
+    cfg = PairConfig(
+        builder=PromptBuilder(template="A", chat=False),
+        max_new_tokens=args.T,
+        answer_without=False,
+        hidden=False,
+    )
+    t0 = time.perf_counter()
+    prepared = [prepare_pair(tracer, PairItem(it["id"], it["context"], it["query"]), cfg) for it in items]
+    traces = trace_lockstep(tracer, prepared, cfg)
+    secs = time.perf_counter() - t0
+    rows, by_stop = [], Counter()
+    for it, t in zip(items, traces, strict=True):
+        keep, cut = cut_at_stop(tracer.tokenizer, t.answer_ids.tolist(), DEFAULT_STOPS)
+        kept = tracer.tokenizer.decode(t.answer_ids[:keep].tolist(), skip_special_tokens=True)
+        if cut:
+            by_stop[cut["stop"]] += 1
+        rows.append(
+            {
+                "id": it["id"],
+                "kind": it["kind"],
+                "n_tokens": int(t.n_steps),
+                "n_kept": keep,
+                "cut": cut,
+                "states_fact_uncut": states(t.answer_with, it["answer"], it["aliases"]),
+                "states_fact_cut": states(kept, it["answer"], it["aliases"]),
+                "answer": t.answer_with,
+                "audited": kept,
+            }
+        )
+    n_cut = sum(r["cut"] is not None for r in rows)
+    out = {
+        "provenance": provenance(),
+        "model": lm.info.to_dict(),
+        "has_chat_template": bool(lm.info.has_chat_template),
+        "stops": list(DEFAULT_STOPS),
+        "T": args.T,
+        "n": len(rows),
+        "n_cut": n_cut,
+        "by_stop": dict(by_stop),
+        "mean_tokens_uncut": sum(r["n_tokens"] for r in rows) / len(rows),
+        "mean_tokens_audited": sum(r["n_kept"] for r in rows) / len(rows),
+        "states_fact_uncut": sum(r["states_fact_uncut"] for r in rows),
+        "states_fact_cut": sum(r["states_fact_cut"] for r in rows),
+        "generation_seconds": secs,
+        "load_avg_end": list(os.getloadavg()),
+        "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(
+        f"{n_cut}/{len(rows)} answers cut {dict(by_stop)}; tokens {out['mean_tokens_uncut']:.1f} -> "
+        f"{out['mean_tokens_audited']:.1f}; fact stated {out['states_fact_uncut']} -> {out['states_fact_cut']}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -308,8 +385,16 @@ def main() -> None:
     s.add_argument("--before", default=None)
     s.add_argument("--after", required=True)
     s.add_argument("--out", required=True)
+    c = sub.add_parser("cuts", help="where a template-less model's answers end under the default stops")
+    c.add_argument("--model", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--limit", type=int, default=40)
+    c.add_argument("--T", type=int, default=32)
+    c.add_argument("--batch", type=int, default=8)
     args = p.parse_args()
-    if args.cmd == "run":
+    if args.cmd == "cuts":
+        cuts(args)
+    elif args.cmd == "run":
         import torch
 
         torch.set_num_threads(1)
