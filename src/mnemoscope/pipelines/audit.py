@@ -320,6 +320,13 @@ class Auditor:
         notes = list(v.notes)
         if not st["ok"]:
             notes.insert(0, "the profile behind this audit is marked: " + "; ".join(st["reasons"]))
+        # stop sequences are applied by the in-process trace; over an endpoint not yet (said, not hidden)
+        cuts = bool(prof.builder.stop) and self.backend.name == "local"
+        if prof.builder.stop and not cuts:
+            notes.append(
+                f"the profile's stop sequences {list(prof.builder.stop)!r} are not applied over an endpoint yet: "
+                "the audited answer is the server's whole generation"
+            )
         return AuditResult(
             source=v.source,
             p_memory=v.p_memory,
@@ -339,7 +346,7 @@ class Auditor:
             # with stop sequences in effect: where the answer was cut (``null``: it ended by itself)
             extra={
                 **self.backend.result_fields(t),
-                **({"answer_cut": t.answer_cut} if prof.builder.stop else {}),
+                **({"answer_cut": t.answer_cut} if cuts else {}),
             },
         )
 
