@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # llama_servers: loopback server launch
 VERIFIED = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "endpoint" / "cost.json"
 TICK = os.sysconf("SC_CLK_TCK")
+FLUSH_PROMPT = "Unrelated text that shares no prefix with the audited prompts."
 
 
 def proc_cpu(pid: int) -> float:
@@ -93,7 +94,10 @@ def run_path(
     from mnemoscope.trace.templates import PromptBuilder
 
     cls = LlamaServerNative if server_kind == "native" else LlamaCppServer
-    server = cls(default_gguf_path(), n_threads=args.server_threads).start(timeout=300)
+    # llama-server keeps evicted prompts' KV in RAM (--cache-ram, 8 GiB by default) and restores them:
+    # off, so that no measured request re-uses another mode's prompt (llama-cpp-python has no such cache)
+    extra = ["--cache-ram", "0"] if server_kind == "native" else []
+    server = cls(default_gguf_path(), n_threads=args.server_threads, extra_args=extra).start(timeout=300)
     builder = PromptBuilder(template="A", chat=True)
     tpl = load_chat_template("default")
     cfg = EndpointPairConfig(builder=builder, template=tpl, max_new_tokens=args.T, top_k=args.k)
@@ -109,7 +113,15 @@ def run_path(
         for it in items:
             row: dict[str, Any] = {"id": it["id"], "label": it["label"]}
             p_with, _ = builder.pair(it["context"], it["query"], tpl)
+
+            def flush() -> None:
+                """Not timed: replace the server's cached prompt, so that each measured request starts
+                cold (no KV prefix of the previous mode's identical prompt to re-use)."""
+                if args.flush:
+                    client.completion(FLUSH_PROMPT, max_tokens=1)
+
             # 1. serving alone
+            flush()
             c0, t0 = proc_cpu(pid), time.perf_counter()
             ch = client.completion(p_with, max_tokens=args.T, extra={"stop": list(tpl.end_texts)})
             row["serve_wall"] = time.perf_counter() - t0
@@ -120,6 +132,7 @@ def run_path(
             modes: list[tuple[str, Any, Any]] = [("gen", None, None), ("given", served, None)]
             if method in ("positions", "grammar", "native"):
                 # 4. the proxy asks the upstream for the answer's log-probs: serving costs more, the audit less
+                flush()
                 c0, t0 = proc_cpu(pid), time.perf_counter()
                 ch2 = client.completion(
                     p_with, max_tokens=args.T, logprobs=args.k, extra={"stop": list(tpl.end_texts)}
@@ -129,6 +142,8 @@ def run_path(
                 sv = served_scores({"choices": [ch2], "usage": ch2.get("usage")}, by_id=method == "native")
                 modes.append(("served", str(ch2.get("text", "")), sv))
             for mode, answer, sv in modes:
+                if mode != "served":  # the served audit follows its serving request, as in the proxy
+                    flush()
                 c0, p0, t0 = proc_cpu(pid), time.process_time(), time.perf_counter()
                 n0 = client.n_requests
                 try:
@@ -246,6 +261,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--paths", default="lcp:grammar,lcp:positions,lcp:echo,native:native")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument(
+        "--no-flush",
+        dest="flush",
+        action="store_false",
+        help="do not flush the server's cached prompt before each measured request (the default flushes)",
+    )
     ap.add_argument("--note", default="")
     args = ap.parse_args()
 
@@ -265,7 +286,15 @@ def main() -> None:
             "subset": f"{args.n_per_label} per label, seed {args.seed}",
             "ids": [i["id"] for i in items],
         },
-        "settings": {"template": "A", "chat": True, "chat_template": "default", "T": args.T, "k": args.k},
+        "settings": {
+            "template": "A",
+            "chat": True,
+            "chat_template": "default",
+            "T": args.T,
+            "k": args.k,
+            "flush_between_modes": args.flush,
+            "native_server_args": ["--cache-ram", "0"],
+        },
         "machine": {"cpus": os.cpu_count(), "shared": True, "loadavg_start": load0},
         "note": args.note,
         "paths": [],
