@@ -63,6 +63,7 @@ REGENERATE = [
     ("scar/positive_control", "python benchmarks/scar_positive_control.py --stage all"),
     ("scar/", "python benchmarks/bench_scar.py"),
     ("shift/", "mnemoscope bench run --suite shift --out benchmarks/results/shift --threads 1"),
+    ("source/", "python benchmarks/source_eval.py run / report / cuts (benchmarks/results/source/README.md)"),
     ("server/log-scale", "python benchmarks/bench_log_scale.py --db DB_OR_URL --n 1000000 (docs/log.md)"),
     (
         "server/load-log",
