@@ -85,7 +85,7 @@ def test_altered_or_foreign_profile_is_refused(tmp_path: Path, real_lm: Any) -> 
     (dst / "profile.json").write_text(json.dumps(h))
     with pytest.raises(ProfileError, match="hash mismatch"):
         load_profile(dst)
-    with pytest.raises(ProfileError, match="no shipped audit profile"):
+    with pytest.raises(ProfileError, match="no audit profile fits the model"):
         default_profile_path({"name": "other", "fingerprint": "0" * 64})
 
 
