@@ -45,6 +45,17 @@ def test_cut_at_stop_keeps_whole_tokens_before_the_stop() -> None:
     assert cut_at_stop(tok, ids, ()) == (len(ids), None)
 
 
+def test_cut_pieces_at_stop_agrees_with_the_tokenizer_cut() -> None:
+    from mnemoscope.trace.pair import cut_pieces_at_stop
+
+    pieces = [" Hollis", " Aber", "nathy", "-R", "uiz", "\n\n", "Context", ":", " Pip"]
+    tok = PieceTokenizer(pieces)
+    ids = list(range(len(pieces)))
+    for stops in (DEFAULT_STOPS, ("Aber",), ("\nContext:",), ("zzz",), ()):
+        assert cut_pieces_at_stop(pieces, stops) == cut_at_stop(tok, ids, stops), stops
+    assert cut_pieces_at_stop([" Paris", ".\n", "\nQuestion", ":"], DEFAULT_STOPS)[0] == 1
+
+
 def test_cut_at_stop_ignores_a_leading_blank_line_and_keeps_one_token() -> None:
     tok = PieceTokenizer(["\n\n", " Paris", "\n\n", "Q"])
     keep, cut = cut_at_stop(tok, [0, 1, 2, 3], DEFAULT_STOPS)

@@ -90,15 +90,3 @@ def test_serve_refuses_stops_other_than_the_profiles(lm, stop_profile, monkeypat
     assert main([*base, "--stop", "\\n\\n"]) != 0 and not started
     assert "stop" in capsys.readouterr().err
     assert main([*base, "--stop", "\\n"]) == 0 and len(started) == 1
-
-
-def test_a_backend_that_does_not_cut_says_so(lm, stop_profile) -> None:  # type: ignore[no-untyped-def]
-    """Over an endpoint the stop sequences are not applied yet: no answer_cut, a note instead."""
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
-
-    auditor = Auditor(lm, stop_profile)
-    auditor.backend.name = "endpoint"  # a backend whose traces are not cut at the profile's stops
-    (r,) = auditor.audit([AuditRequest("The town of Zor1 lies on the river Ka1.", "Where is Zor1?")])
-    d = r.to_dict()  # type: ignore[union-attr]
-    assert "answer_cut" not in d
-    assert any("not applied over an endpoint" in n for n in d["notes"])

@@ -320,13 +320,8 @@ class Auditor:
         notes = list(v.notes)
         if not st["ok"]:
             notes.insert(0, "the profile behind this audit is marked: " + "; ".join(st["reasons"]))
-        # stop sequences are applied by the in-process trace; over an endpoint not yet (said, not hidden)
-        cuts = bool(prof.builder.stop) and self.backend.name == "local"
-        if prof.builder.stop and not cuts:
-            notes.append(
-                f"the profile's stop sequences {list(prof.builder.stop)!r} are not applied over an endpoint yet: "
-                "the audited answer is the server's whole generation"
-            )
+        # stop sequences in effect (both backends' traces cut at them): say where the answer was cut
+        cuts = bool(prof.builder.stop)
         return AuditResult(
             source=v.source,
             p_memory=v.p_memory,

@@ -298,6 +298,22 @@ def trace_endpoint_prompts(
     if refused:
         sc.notes[:0] = [f"{r}; scored by the next path ({path})" for r in refused]
     ans, e_with, e_without, use_eos, notes = sc.ans, sc.e_with, sc.e_without, sc.use_eos, sc.notes
+    # the profile's stop sequences end a generated answer where an app would (trace.pair.cut_pieces_at_stop)
+    answer_cut = None
+    if answer is None and config.builder.stop:
+        from mnemoscope.trace.pair import cut_pieces_at_stop
+
+        texts = list(e_with.tokens)
+        if use_eos and texts:
+            texts[-1] = ""
+        keep, answer_cut = cut_pieces_at_stop(texts, config.builder.stop)
+        if answer_cut is not None:
+            ans = ans[:keep]
+            e_with, e_without = (
+                ParsedLogprobs(e.tokens[:keep], e.token_logprobs[:keep], e.top_logprobs[:keep])
+                for e in (e_with, e_without)
+            )
+            use_eos = False
     n = len(ans)
     intern: dict[str, int] = {}
     for s, i in zip(e_with.tokens, ans, strict=True):
@@ -385,6 +401,7 @@ def trace_endpoint_prompts(
         topk_logprobs_without=lps_wo,
         stopped_at_eos=bool(use_eos),
         identical_prompts=bool(identical),
+        answer_cut=answer_cut,
         label=label,
         template=dict(template) if template is not None else {"prerendered": True},
         backend={

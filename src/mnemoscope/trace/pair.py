@@ -42,6 +42,7 @@ __all__ = [
     "PreparedPair",
     "build_pair_traces",
     "cut_at_stop",
+    "cut_pieces_at_stop",
     "prepare_pair",
     "step_stats",
     "teacher_forced",
@@ -189,6 +190,29 @@ def cut_at_stop(
             break
         if full.startswith(text):
             keep = k
+    keep = max(keep, 1)
+    return keep, {"at": int(at), "stop": stop, "token": keep}
+
+
+def cut_pieces_at_stop(pieces: Sequence[str], stops: Sequence[str]) -> tuple[int, dict[str, Any] | None]:
+    """:func:`cut_at_stop` for an answer given as the text each token adds (a served model's
+    tokens as the server spells them): the same search and the same ``(tokens kept, cut)``."""
+    pieces = [str(p) for p in pieces]
+    if not stops or not pieces:
+        return len(pieces), None
+    full = "".join(pieces)
+    begin = len(full) - len(full.lstrip())
+    hits = [(full.find(s, begin), s) for s in stops if s]
+    hits = [(at, s) for at, s in hits if at >= 0]
+    if not hits:
+        return len(pieces), None
+    at, stop = min(hits, key=lambda h: (h[0], -len(h[1])))
+    keep, end = 0, 0
+    for p in pieces:
+        if end + len(p) > at:
+            break
+        end += len(p)
+        keep += 1
     keep = max(keep, 1)
     return keep, {"at": int(at), "stop": stop, "token": keep}
 
