@@ -9,7 +9,9 @@ Usage:
 ``held_out.jsonl`` (the held-out audits the card is computed from; small, so a reader can
 recompute it), the profile's own summary (model, layout, labels, split, verdict certification),
 the card as text, and the run record written by the wrapper that timed the command (command,
-wall seconds, load average and python jobs at start and end, git commit). Traces stay in RUN_DIR.
+wall seconds, load average and python jobs at start and end, git commit; and, when the first run
+of the command traced every record but failed before its card, that run's record as
+``trace_run``: the resumed run fits on its traces). Traces stay in RUN_DIR.
 
 ``table`` prints one Markdown row per recorded model (targets: held-out AUC >= 0.95, false-flag
 rate within sampling of alpha, memory recall >= 0.85, three-way source right >= 0.85).
@@ -44,6 +46,23 @@ def record(name: str, run_dir: Path) -> Path:
             run.update(json.loads(p.read_text()))
     if (run_dir / "command.txt").is_file():
         run["command"] = (run_dir / "command.txt").read_text().strip()
+    # an earlier run of the same command that traced every record and then failed (its traces are
+    # what the resumed run above fitted on): its wall time is the tracing time
+    first: dict[str, Any] = {}
+    for part in ("trace_run_run_start.json", "trace_run_run_end.json"):
+        p = run_dir / part
+        if p.is_file():
+            first.update(json.loads(p.read_text()))
+    if first:
+        if (run_dir / "trace_run_command.txt").is_file():
+            first["command"] = (run_dir / "trace_run_command.txt").read_text().strip()
+        err = run_dir / "trace_run_stderr.txt"
+        if err.is_file():
+            first["error"] = err.read_text().strip().splitlines()[-1][:500]
+        run["trace_run"] = first
+        run["wall_seconds_total"] = float(first.get("wall_seconds") or 0) + float(
+            run.get("wall_seconds") or 0
+        )
     h = prof.header
     v = h.get("verdict") or {}
     summary = {
@@ -95,7 +114,7 @@ def _row(name: str, card: dict[str, Any]) -> str:
         f"{f(v.get('false_flag_rate'))} [{f(ci[0])}, {f(ci[1])}] vs {v.get('alpha')} | "
         f"{f(v.get('memory_recall'), 2)} | {f(acc, 2)} | "
         f"{'yes' if (p.get('verdict') or {}).get('certified') else 'no'} ({(p.get('verdict') or {}).get('n_conformal')}) | "
-        f"{f(run.get('wall_seconds'), 0)} s | {f(v.get('audit_seconds'), 1)} s | "
+        f"{f(run.get('wall_seconds_total', run.get('wall_seconds')), 0)} s | {f(v.get('audit_seconds'), 1)} s | "
         f"{(p.get('status') or {}).get('status')} |"
     )
 

@@ -12,9 +12,10 @@ the three-way source is re-decided from the stored tokens by the current source 
 (:func:`source_of_row`), never copied.
 
 :func:`profile_status` is the one decision on whether a profile is fit to back a guarantee:
-a profile whose held-out p_memory AUC CI reaches below :data:`AUC_CI_FLOOR`, whose verdict is
-not certified at its alpha (too few clean calibration answers), or that has no held-out
-validation at all is marked; every audit it backs says so (``Auditor`` adds the status to the
+a profile whose held-out p_memory AUC CI reaches below :data:`AUC_CI_FLOOR`, whose held-out
+set has fewer than :data:`MIN_HELD_OUT_PER_CLASS` answers of a class, whose verdict is not
+certified at its alpha (too few clean calibration answers), or that has no held-out validation
+at all is marked; every audit it backs says so (``Auditor`` adds the status to the
 guarantee and a note).
 """
 
@@ -34,6 +35,7 @@ from mnemoscope.errors import InputError
 __all__ = [
     "AUC_CI_FLOOR",
     "HELD_OUT_FILE",
+    "MIN_HELD_OUT_PER_CLASS",
     "binomial_ci",
     "held_out_row",
     "profile_status",
@@ -46,6 +48,8 @@ __all__ = [
 
 #: a profile whose held-out AUC CI lower bound is below this is marked
 AUC_CI_FLOOR = 0.8
+#: ... and one with fewer held-out answers of a class than this (its bootstrap CI says little)
+MIN_HELD_OUT_PER_CLASS = 10
 HELD_OUT_FILE = "held_out.jsonl"
 _SOURCES = ("context", "memory", "mixed", "undetermined")
 
@@ -276,6 +280,19 @@ def profile_status(profile: Any) -> dict[str, Any]:
             summary += f", memory recall {rec:.2f}"
         if low is None or (isinstance(low, float) and math.isnan(low)) or float(low) < AUC_CI_FLOOR:
             reasons.append(f"held-out AUC CI lower bound {_f(low)} is below {AUC_CI_FLOOR}")
+        small = {
+            c: held.get(f"n_{c}")
+            for c in ("memory", "context")
+            if isinstance(held, Mapping)
+            and isinstance(held.get(f"n_{c}"), int)
+            and held[f"n_{c}"] < MIN_HELD_OUT_PER_CLASS
+        }
+        if small:
+            reasons.append(
+                "held-out set too small to validate: "
+                + ", ".join(f"{n} {c} answers" for c, n in small.items())
+                + f" (at least {MIN_HELD_OUT_PER_CLASS} of each)"
+            )
     ok = not reasons
     return {
         "ok": ok,
