@@ -481,10 +481,14 @@ def _profile_dir(server: Any, profile: str | None) -> str:
     return str(out)
 
 
-def _proxies(server: Any, args: argparse.Namespace, tmp: Path) -> dict[str, ProxyProcess]:
+def _proxies(
+    server: Any, args: argparse.Namespace, tmp: Path, audit_url: str | None = None
+) -> dict[str, ProxyProcess]:
     prof = _profile_dir(server, args.profile)
     off = ProxyProcess(server.base_url, tmp / "off.db", prof, "--no-audit")
     on_args = ["--audit-queue", str(args.audit_queue)]
+    if audit_url is not None:  # audits through a second server of the same model
+        on_args += ["--audit-endpoint", audit_url]
     if getattr(args, "audit_wait", None) is not None:
         on_args += ["--audit-wait", str(args.audit_wait)]
     on = ProxyProcess(server.base_url, tmp / "on.db", prof, *on_args)
@@ -495,10 +499,11 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     server = _llama(args.threads)
+    audit_server = _llama(args.threads) if args.audit_server == "separate" else None
     tmp = Path(tempfile.mkdtemp())
     procs: dict[str, ProxyProcess] = {}
     try:
-        procs = _proxies(server, args, tmp)
+        procs = _proxies(server, args, tmp, audit_server.base_url if audit_server is not None else None)
         on = procs["proxy_audit_on"]
         paths = {"direct": server.base_url, **{k: f"{p.url}/v1" for k, p in procs.items()}}
         clients = {k: _openai(v, 600) for k, v in paths.items()}
@@ -570,6 +575,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             "prompt_cache": "defeated: each request's system prompt starts with its own tag; paths rotate",
             "max_tokens": args.max_tokens,
             "gap": args.gap,
+            "audit_server": args.audit_server,
             "server_threads": args.threads,
             "server": " ".join(server.command[1:]),
         }
@@ -578,6 +584,8 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         for p in procs.values():
             p.stop()
         server.stop()
+        if audit_server is not None:
+            audit_server.stop()
 
 
 def run_load(args: argparse.Namespace) -> dict[str, Any]:
@@ -719,6 +727,12 @@ def main(argv: list[str] | None = None) -> int:
         if name == "latency":
             q.add_argument("--n", type=int, default=30, help="rounds (one request per path each)")
             q.add_argument("--gap", choices=["audit", "none"], default="audit")
+            q.add_argument(
+                "--audit-server",
+                choices=["upstream", "separate"],
+                default="upstream",
+                help="audit through the upstream itself, or a second server of the same model (--audit-endpoint)",
+            )
         else:
             q.add_argument("--n", type=int, default=48, help="requests per arm")
             q.add_argument("--clients", type=int, default=4)
