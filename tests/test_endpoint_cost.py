@@ -29,6 +29,7 @@ from mnemoscope.trace.endpoint import (
     trace_endpoint_pair,
     trace_endpoint_prompts,
 )
+from mnemoscope.trace.endpoint_score import served_scores
 from mnemoscope.trace.templates import PromptBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -438,8 +439,11 @@ def native_server(tmp_path_factory):
             pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
         pytest.skip(reason)
     log = tmp_path_factory.mktemp("llama-server-native") / "server.log"
-    with LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log) as s:
+    s = LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log).start(timeout=300)
+    try:
         yield s
+    finally:
+        s.stop()
 
 
 def test_native_path_on_llama_server(native_server, chat_cfg):
@@ -452,8 +456,28 @@ def test_native_path_on_llama_server(native_server, chat_cfg):
         n0 = c.n_requests
         tr, pieces = trace_endpoint_pair(c, it["id"], it["context"], it["query"], chat_cfg)
         n_gen = c.n_requests - n0
+        n_given = c.n_requests
         given, _ = trace_endpoint_pair(
             c, it["id"], it["context"], it["query"], chat_cfg, answer=tr.answer_with
+        )
+        n_given = c.n_requests - n_given
+        # the proxy's case: the upstream served the answer with its log-probs (ids included); the
+        # audit forces the no-context path only
+        ch = c.completion(
+            tr.prompt_with, max_tokens=24, logprobs=20, extra={"stop": list(chat_cfg.template.end_texts)}
+        )
+        sv = served_scores({"choices": [ch], "usage": ch["usage"]}, by_id=True)
+        n1 = c.n_requests
+        via, _ = trace_endpoint_prompts(
+            c, "s", tr.prompt_with, tr.prompt_without, chat_cfg, answer=str(ch["text"]), served=sv
+        )
+        assert c.n_requests - n1 == n_given - 1 and any(
+            "from the served response" in n for n in via.backend["notes"]
+        )
+        m = min(via.n_steps, given.n_steps)
+        assert (
+            np.max(np.abs(via.logprob_answer_without[:m] - given.logprob_answer_without[:m]))
+            < chat_cfg.align_tol
         )
     assert n_gen <= 6  # 2 tokenize + end-token tokenize + generation + 1 forced request
     assert "<|im_end|>" not in tr.answer_with and tr.n_steps >= 1
