@@ -57,6 +57,10 @@ REGENERATE = [
     ("radar/", "python benchmarks/bench_radar.py"),
     ("ray/", "python benchmarks/bench_ray.py"),
     ("reliance/", "mnemoscope bench run --suite reliance --out benchmarks/results/reliance"),
+    (
+        "calibration/data/",
+        "OMP_NUM_THREADS=1 nice -n 5 python benchmarks/data/measure_calibration_set.py --engine generate (docs/data.md)",
+    ),
     ("report/", "python benchmarks/bench_report.py --seed-dir DIR --seed-input FILE (docs/report.md)"),
     ("repcs_overhead", "python benchmarks/bench_repcs.py"),
     ("repcs/", "mnemoscope repcs eval (docs/repcs.md)"),
