@@ -181,6 +181,10 @@ def test_answer_unchanged_audit_in_header_field_and_log(llama_server, proxy):
     )
     r = raw.parse()
     assert r.choices[0].message.content == direct.choices[0].message.content
+    # the proxy asked the upstream for the answer's log-probs (the audit scores the no-context path
+    # only) and removed them: the application did not ask for any
+    assert r.choices[0].logprobs is None
+    assert any("from the served response" in n for n in r.model_extra["mnemoscope"]["notes"])
     head = json.loads(raw.headers["x-mnemoscope-audit"])
     assert head["status"] == "audited" and head["source"] in ("context", "memory", "mixed", "undetermined")
     audit = r.model_extra["mnemoscope"]
