@@ -45,7 +45,15 @@ REGENERATE = [
     ("endpoint/", "python benchmarks/endpoint_agreement.py"),
     ("integrations/", "python benchmarks/bench_integrations.py"),
     ("proxy/leak", "python benchmarks/bench_proxy.py leak --n 1000 (docs/proxy.md)"),
-    ("proxy/", "python benchmarks/bench_proxy.py latency --n 6 --threads 1 --profile DIR (docs/proxy.md)"),
+    (
+        "proxy/load",
+        "python benchmarks/bench_proxy.py load --clients 4 --n 24 --max-seconds 600 --threads 1 --profile DIR",
+    ),
+    (
+        "proxy/",
+        "python benchmarks/bench_proxy.py latency --n 30 --gap none --audit-server separate --threads 1 "
+        "--profile DIR (docs/proxy.md)",
+    ),
     ("leaderboard_memory", "python benchmarks/bench_leaderboard_memory.py --threads 1"),
     ("membership/", "bash benchmarks/build_siblings.sh (mnemoscope bench run --suite membership)"),
     (
@@ -60,6 +68,10 @@ REGENERATE = [
     (
         "calibration/data/",
         "OMP_NUM_THREADS=1 nice -n 5 python benchmarks/data/measure_calibration_set.py --engine generate (docs/data.md)",
+    ),
+    (
+        "calibration/",
+        "python benchmarks/calibration_results.py record NAME RUN_DIR (after mnemoscope calibrate)",
     ),
     ("report/", "python benchmarks/bench_report.py --seed-dir DIR --seed-input FILE (docs/report.md)"),
     ("repcs_overhead", "python benchmarks/bench_repcs.py"),
