@@ -42,6 +42,10 @@ REGENERATE = [
         "endpoint/cost",
         "OMP_NUM_THREADS=1 python benchmarks/bench_endpoint_cost.py --n-per-label 2 --server-threads 1",
     ),
+    (
+        "endpoint/qwen/",
+        "mnemoscope calibrate --endpoint URL --chat-template qwen.gguf --max-records 48 (run.json)",
+    ),
     ("endpoint/", "python benchmarks/endpoint_agreement.py"),
     ("integrations/", "python benchmarks/bench_integrations.py"),
     ("proxy/leak", "python benchmarks/bench_proxy.py leak --n 1000 (docs/proxy.md)"),
