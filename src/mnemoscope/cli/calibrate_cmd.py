@@ -51,7 +51,21 @@ def register(sub: Any) -> None:
         "knowledge conflicts when shipped), sampled by --max-records",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="profile folder to write")
-    c.add_argument("--max-records", type=int, default=None, help="stratified seeded sample of the input")
+    c.add_argument(
+        "--max-records",
+        type=int,
+        default=None,
+        help="stratified seeded sample of the input; with --per-class: the most records traced",
+    )
+    c.add_argument(
+        "--per-class",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draw records in rounds until N answers of each class (memory, context-needed) verify on "
+        "this model, the input runs out or --max-records are traced; memory facts are drawn easiest first "
+        "(by a 'difficulty' field when present), each round sized by the yield so far (docs/calibrate.md)",
+    )
     c.add_argument(
         "--labels",
         choices=["verify", "given"],
@@ -156,12 +170,13 @@ def run(args: argparse.Namespace) -> int:
     path = args.input
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
         path = shipped_records()
-        if args.max_records is None:
+        if args.max_records is None and args.per_class is None:
             args.max_records = 240
     records, errors = read_records(path, on_error=args.on_error)
     for e in errors:
         print(f"skipped: {e}", file=sys.stderr)
-    records = sample_records(records, args.max_records, args.seed)
+    if args.per_class is None:
+        records = sample_records(records, args.max_records, args.seed)
     t0 = time.perf_counter()
     if args.endpoint:
         from mnemoscope.cli.endpoint_args import calibrate_endpoint
@@ -190,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         held_out_fraction=args.held_out_fraction,
         min_per_class=args.min_per_class,
         stop=stops_from_args(args),
+        per_class=args.per_class,
+        max_traced=args.max_records if args.per_class is not None else None,
     )
     lm = load_from_args(args)
     prof = calibrate_profile(

@@ -202,6 +202,12 @@ def audit_endpoint(args: argparse.Namespace) -> int:
 # -- mnemoscope calibrate --endpoint -----------------------------------------------------------------
 
 
+def _stops(args: argparse.Namespace) -> tuple[str, ...] | None:
+    from mnemoscope.cli.options import stops_from_args
+
+    return stops_from_args(args) if hasattr(args, "stop") else None
+
+
 def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
     from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
@@ -217,6 +223,9 @@ def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: lis
         labels=getattr(args, "labels", "given"),
         held_out_fraction=getattr(args, "held_out_fraction", 1 / 3),
         min_per_class=getattr(args, "min_per_class", 10),
+        per_class=getattr(args, "per_class", None),
+        stop=_stops(args),
+        max_traced=args.max_records if getattr(args, "per_class", None) is not None else None,
     )
     with client_from_args(args) as client:
         prof = calibrate_endpoint_profile(

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
@@ -29,6 +30,7 @@ from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.io import atomic_write, canonical_json
+from mnemoscope.pipelines.draw import draw_until
 from mnemoscope.pipelines.profile import (
     PROFILE_FORMAT,
     AnomalyRule,
@@ -139,6 +141,32 @@ def calibrate_profile(
     stops = tuple(c.stop) if c.stop is not None else default_stops(bool(ex_cfg.chat))
     if stops and "stop" in {f.name for f in fields(ex_cfg)}:
         ex_cfg = replace(ex_cfg, stop=stops)  # type: ignore[call-arg,unused-ignore]
+    draw, pool = None, records
+    if c.per_class is not None:
+        from mnemoscope.trace.store import load_traces
+
+        first = [overwrite]
+
+        def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str]]:
+            extract(lm, chosen, tdir, ex_cfg, overwrite=first[0], progress=progress)
+            first[0] = False
+            ids = {r.id for r in chosen}
+            return {
+                str(t.id): (t.answer_with, t.answer_without)
+                for t in load_traces(tdir / "pairs").traces
+                if t.id in ids
+            }
+
+        draw = draw_until(
+            records,
+            c.per_class,
+            answers_for,
+            mode=c.labels,
+            seed=c.seed,
+            max_traced=c.max_traced,
+            log=(lambda m: print(m, file=sys.stderr)) if progress else None,
+        )
+        records, overwrite = draw.records, False
     summary = extract(
         lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
     )
@@ -171,12 +199,14 @@ def calibrate_profile(
         "stop": list(stops),
     }
     header["labels"] = check.summary()
+    if draw is not None:
+        header["draw"] = draw.summary()
     split = _split_record(c, [folder_v.pairs[i].id for i in ho], labels_all, cal, ho)
     header["split"] = split
     header["data"].update(
         {
-            "sha256": data_hash(records),
-            "n_records": len(records) + len(input_errors),
+            "sha256": data_hash(pool),
+            "n_records": len(pool) + len(input_errors),
             "n_traced": len(idx),
             "n_verified": len(keep),
             "n_clean": len(keep) if not has_labels else sum(v == 0 for v in labels_all),

@@ -122,6 +122,8 @@ class EndpointCalibrationConfig:
     held_out_fraction: float = 1 / 3
     min_per_class: int = 10
     stop: tuple[str, ...] | None = None
+    per_class: int | None = None
+    max_traced: int | None = None
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.verdict_candidates) - set(BLACK_BOX_SIGNALS))
@@ -334,6 +336,31 @@ def calibrate_endpoint_profile(
     model = endpoint_model_info(client, fp)
     outp = Path(out)
     outp.mkdir(parents=True, exist_ok=True)
+    pool, draw = records, None
+    if c.per_class is not None:
+        import sys
+
+        from mnemoscope.pipelines.draw import draw_until
+
+        first = [overwrite]
+
+        def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str]]:
+            tr = trace_with_closed_book(
+                client, chosen, pcfg, outp / "traces", model=model, progress=progress, overwrite=first[0]
+            )
+            first[0] = False
+            return {str(t.id): (t.answer_with, tr.closed_book[t.id]) for t in tr.traces}
+
+        draw = draw_until(
+            records,
+            c.per_class,
+            answers_for,
+            mode=c.labels,
+            seed=c.seed,
+            max_traced=c.max_traced,
+            log=(lambda m: print(m, file=sys.stderr)) if progress else None,
+        )
+        records, overwrite = draw.records, False
     traced = trace_with_closed_book(
         client, records, pcfg, outp / "traces", model=model, progress=progress, overwrite=overwrite
     )
@@ -423,10 +450,11 @@ def calibrate_endpoint_profile(
         "verdict": None if verdict is None else verdict.to_dict(),
         "unavailable": list(UNMEASURED),
         "labels": check.summary(),
+        **({} if draw is None else {"draw": draw.summary()}),
         "split": split,
         "data": {
-            "sha256": data_hash(records),
-            "n_records": len(records) + len(input_errors),
+            "sha256": data_hash(pool),
+            "n_records": len(pool) + len(input_errors),
             "n_traced": len(traced.traces),
             "n_verified": len(pairs_v),
             "n_fit": n,

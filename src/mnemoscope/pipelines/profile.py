@@ -117,6 +117,9 @@ class CalibrationConfig:
         stop: stop sequences that end an answer (recorded in the layout; audits reuse them);
             ``None`` = the layout's default (:func:`mnemoscope.trace.templates.default_stops`:
             none with a chat template, a blank line or a new "Question:"/"Context:" cue without).
+        per_class: draw records in rounds until this many answers of each class verify
+            (:func:`mnemoscope.pipelines.draw.draw_until`); ``None`` = trace every record given.
+        max_traced: with ``per_class``, stop drawing after this many records.
     """
 
     template: str = "A"
@@ -148,6 +151,8 @@ class CalibrationConfig:
     held_out_fraction: float = 1 / 3
     min_per_class: int = 10
     stop: tuple[str, ...] | None = None
+    per_class: int | None = None
+    max_traced: int | None = None
 
 
 @dataclass(frozen=True)
