@@ -55,6 +55,11 @@ def test_rule_per_kind() -> None:
     assert check_item(conflict, None, "The capital is Lyon.").label == 0
     assert check_item(conflict, None, "Marseille").label is None
     assert check_item(conflict, None, "Paris, not Lyon").reason == "gave both answers"
+    # ... unless the model gives the context's answer closed-book too: following and believing it
+    # cannot be told apart, so the item is dropped (as a clean item answered closed-book is)
+    believes = check_item(conflict, "It is Lyon.", "The capital is Lyon.")
+    assert believes.label is None and believes.reason == "gives the context's answer closed-book too"
+    assert check_item(conflict, "It is Lyon.", "The capital is Paris.").label == 1
     chk = verify_labels([mem, clean, conflict], {"m": ("Paris", "Paris"), "c": ("x", "x"), "k": ("Lyon", "")})
     assert chk.counts["conflict"] == {"total": 1, "kept": 1, "dropped": 0, "memory": 0, "context": 1}
     assert chk.reasons == {"clean": {"not answered with the context": 1}}

@@ -16,7 +16,9 @@ Rules (answer or alias as a whole word, :func:`mnemoscope.bench.reliance.answer_
 * a **knowledge-conflict** item (``kind == "conflict"``, or any item with a ``context_answer``):
   the context states a counterfactual ``context_answer``, ``answer`` is what the model is
   expected to know. Labelled by the answer the model gives *with* the context: the known one
-  only = memory (1), the context's only = clean (0); neither or both = dropped.
+  only = memory (1), the context's only = clean (0) unless the model gives the context's answer
+  closed-book too (then following the context and a mistaken memory cannot be told apart:
+  dropped, as a clean item answered closed-book is); neither or both = dropped.
 
 Dropped items are counted per kind with the reason. ``labels="given"`` keeps every item with
 its given label (for users who bring labels verified on this model).
@@ -46,6 +48,7 @@ __all__ = [
     "LabelMode",
     "check_item",
     "check_verifiable",
+    "gold_answers",
     "item_fields",
     "verify_labels",
 ]
@@ -55,7 +58,7 @@ LabelMode = Literal["verify", "given"]
 LABEL_RULE = (
     "memory kept iff answered correctly closed-book and with the context; clean kept iff not answered "
     "closed-book and answered with the context; conflict labelled by the answer given with the context "
-    "(the known answer = memory, the context's = clean, neither or both = dropped); answer or alias as a "
+    "(the known answer = memory, the context's = clean unless also given closed-book, neither or both = dropped); answer or alias as a "
     "whole word, case-insensitive"
 )
 
@@ -194,8 +197,13 @@ def check_item(item: Any, closed_book: str | None, open_book: str) -> LabelDecis
             raise InputError("a conflict item needs context_answer", record=rid, field="context_answer")
         known = answer_matches(open_book, it)
         followed = answer_matches(open_book, ctx_item)
+        believed = answer_matches(closed_book or "", ctx_item)
         if known and not followed:
             label, reason = 1, "kept"
+        elif followed and not known and believed:
+            # the model gives the context's answer closed-book too: following the context and
+            # answering from (mistaken) memory cannot be told apart, as for a clean item
+            label, reason = None, "gives the context's answer closed-book too"
         elif followed and not known:
             label, reason = 0, "kept"
         else:
@@ -216,6 +224,19 @@ def check_item(item: Any, closed_book: str | None, open_book: str) -> LabelDecis
     if not open_ok:
         return LabelDecision(rid, kind, 0, None, "not answered with the context", closed_ok, open_ok)
     return LabelDecision(rid, kind, 0, 0, "kept", closed_ok, open_ok)
+
+
+def gold_answers(item: Any, label: int | None) -> list[str]:
+    """What a verified answer states: the expected answer and its aliases for a memory or clean
+    item, the context's answer (and aliases) for a conflict item whose model followed the context
+    (label 0). Used to tell a *clear* answer (it states that and nothing the context or the query
+    does not say) from one that adds other content (:func:`mnemoscope.pipelines.validation.answer_is_clear`)."""
+    it = item_fields(item)
+    if _kind(it) == "conflict" and label == 0:
+        vals = [it.get("context_answer"), *(it.get("context_aliases") or ())]
+    else:
+        vals = [it.get("answer"), *(it.get("aliases") or ())]
+    return [str(v) for v in vals if v is not None and str(v).strip()]
 
 
 def check_verifiable(items: Sequence[Any]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mnemoscope.bench.label_check import LabelCheck, check_verifiable, verify_labels
+from mnemoscope.bench.label_check import LabelCheck, check_verifiable, gold_answers, verify_labels
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.crm_artifact import save_crm
 from mnemoscope.detectors.verdict import VerdictModel
@@ -218,7 +218,8 @@ def calibrate_profile(
     atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
     prof = load_profile(out, model=lm.info)
     fit_seconds = time.perf_counter() - t0
-    rows, audit_seconds, live = _held_out_local(lm, prof, folder_v, dec, ho, timing_sample)
+    gold = {r.id: gold_answers(r, dec[r.id].label) for r in kept_records}
+    rows, audit_seconds, live = _held_out_local(lm, prof, folder_v, dec, ho, timing_sample, gold)
     write_validation(
         out,
         prof,
@@ -267,7 +268,13 @@ def _restrict(folder: Any, idx: Sequence[int], labels: Sequence[int | None] | No
 
 
 def _held_out_local(
-    lm: Any, prof: AuditProfile, folder: Any, dec: dict[str, Any], ho: np.ndarray, timing_sample: int
+    lm: Any,
+    prof: AuditProfile,
+    folder: Any,
+    dec: dict[str, Any],
+    ho: np.ndarray,
+    timing_sample: int,
+    gold: dict[str, list[str]] | None = None,
 ) -> tuple[list[dict[str, Any]], float | None, dict[str, Any] | None]:
     """Audit the held-out traces with the saved profile; time ``timing_sample`` live audits."""
     from mnemoscope.pipelines.audit import Auditor
@@ -279,7 +286,15 @@ def _held_out_local(
     rows = []
     for i in ho:
         t = folder.pairs[i]
-        rows.append(held_out_row(dec[t.id], auditor.score(t).to_dict(), context=t.context, query=t.query))
+        rows.append(
+            held_out_row(
+                dec[t.id],
+                auditor.score(t).to_dict(),
+                context=t.context,
+                query=t.query,
+                gold=(gold or {}).get(t.id, ()),
+            )
+        )
     sample = [folder.pairs[i] for i in ho[: max(0, timing_sample)]]
     if not sample:
         return rows, None, None

@@ -313,7 +313,7 @@ def calibrate_endpoint_profile(
         EarlyStopError: the first records all failed for the same cause (named, with the likely fix).
         EndpointCapabilityError: the server cannot teacher-force (no prompt log-probs, no tokenizer).
     """
-    from mnemoscope.bench.label_check import check_verifiable, verify_labels
+    from mnemoscope.bench.label_check import check_verifiable, gold_answers, verify_labels
     from mnemoscope.io import atomic_write
     from mnemoscope.pipelines.calibrate import check_class_counts, record_groups
     from mnemoscope.pipelines.profile import chat_template_sha256
@@ -478,7 +478,8 @@ def calibrate_endpoint_profile(
         for i in ho:
             t = pairs_v[i]
             res = auditor.score(t, pieces_v[i]).to_dict()
-            rows.append(held_out_row(dec[t.id], res, context=t.context, query=t.query))
+            gold = gold_answers(recs_v[i], dec[t.id].label)
+            rows.append(held_out_row(dec[t.id], res, context=t.context, query=t.query, gold=gold))
         sample = [pairs_v[i] for i in ho[: max(0, timing_sample)]]
         if sample:
             from mnemoscope.pipelines.requests import AuditRequest

@@ -96,10 +96,15 @@ def binomial_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float | None,
 
 
 def held_out_row(
-    decision: Any, audit: Mapping[str, Any], *, context: str = "", query: str = ""
+    decision: Any,
+    audit: Mapping[str, Any],
+    *,
+    context: str = "",
+    query: str = "",
+    gold: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One stored held-out result: the item (context, query), its verified truth and its audit
-    (``AuditResult.to_dict()``)."""
+    """One stored held-out result: the item (context, query, what a right answer states:
+    ``gold``), its verified truth and its audit (``AuditResult.to_dict()``)."""
     keep = (
         "p_memory",
         "memory_flag",
@@ -117,12 +122,40 @@ def held_out_row(
         "truth": decision.truth,
         "context": context,
         "query": query,
+        "gold": list(gold),
         **{k: audit.get(k) for k in keep},
         "evidence": {
             k: (audit.get("evidence") or {}).get(k)
             for k in ("repcs_z", "closed_book_logprob", "context_token_fraction")
         },
     }
+
+
+def answer_is_clear(row: Mapping[str, Any]) -> bool | None:
+    """Whether a held-out answer's truth is clear-cut: every content word it writes (a name,
+    number or term: :func:`~mnemoscope.features.attribution.content_word`) is said by the context,
+    the query or the expected answer (``gold``). An answer that adds other content (an invented
+    date, a second fact) mixes in something the label does not describe, so ``mixed`` may be right
+    for it. ``None`` when the row does not store ``gold`` (rows written before it was stored).
+
+    Decided from the texts and the expected answer only, never from the attribution being scored.
+    """
+    import re
+
+    from mnemoscope.features.attribution import content_word, query_terms, supported_by
+
+    gold = row.get("gold")
+    if not gold:
+        return None
+    q = query_terms(str(row.get("query") or ""))
+    known = query_terms(
+        " ".join([str(row.get("context") or ""), str(row.get("query") or ""), *map(str, gold)])
+    )
+    for w in re.findall(r"[^\s]+", str(row.get("answer") or "")):
+        w = w.strip(".,;:!?()[]{}\"'`")
+        if w and content_word(w, q) and not supported_by(w, known):
+            return False
+    return True
 
 
 def source_of_row(row: Mapping[str, Any]) -> str:
@@ -200,6 +233,9 @@ def validation_from_rows(
         t = k.setdefault(r["truth"], {})
         t[s] = t.get(s, 0) + 1
     right = sum(s == r["truth"] for s, r in zip(src, rows, strict=True))
+    clear = [answer_is_clear(r) for r in rows]
+    n_clear = sum(c is True for c in clear)
+    right_clear = sum(c is True and s == r["truth"] for c, s, r in zip(clear, src, rows, strict=True))
     lo, hi = binomial_ci(ff, n_ctx)
     return {
         "held_out": {
@@ -217,6 +253,8 @@ def validation_from_rows(
         "memory_recall": caught / n_mem if n_mem else None,
         "memory_caught": caught,
         "accuracy_3way": right / len(rows) if rows else None,
+        "accuracy_3way_clear": (right_clear / n_clear) if n_clear else None,
+        "n_clear": n_clear if any(c is not None for c in clear) else None,
         "confusion": confusion,
         "confusion_by_kind": by_kind,
     }

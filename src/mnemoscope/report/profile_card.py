@@ -111,6 +111,8 @@ def _validation(v: Mapping[str, Any] | None) -> dict[str, Any]:
         "false_flags",
         "memory_recall",
         "accuracy_3way",
+        "accuracy_3way_clear",
+        "n_clear",
         "confusion",
         "audit_seconds",
         "calibration_seconds",
@@ -156,6 +158,8 @@ def _validation(v: Mapping[str, Any] | None) -> dict[str, Any]:
         "false_flags": _num(v.get("false_flags")),
         "memory_recall": _num(v.get("memory_recall")),
         "accuracy_3way": _num(v.get("accuracy_3way")),
+        "accuracy_3way_clear": _num(v.get("accuracy_3way_clear")),
+        "n_clear": _num(v.get("n_clear")),
         "confusion": confusion,
         "audit_seconds": _num(v.get("audit_seconds")),
         "calibration_seconds": _num(v.get("calibration_seconds")),
@@ -305,7 +309,13 @@ def render_text(card: Mapping[str, Any]) -> str:
         f"  false-flag rate     {_f(val['false_flag_rate'])}{ci_s} ({_f(val['false_flags'])} of "
         f"{_f(val['n_context'])} context-needed answers flagged as memory) vs alpha {_f(val['alpha'], 2)}",
         f"  memory recall       {_f(val['memory_recall'])} (memory answers flagged) at alpha {_f(val['alpha'], 2)}",
-        f"  3-way accuracy      {_f(val['accuracy_3way'])}",
+        f"  3-way accuracy      {_f(val['accuracy_3way'])}"
+        + (
+            f" ({_f(val['accuracy_3way_clear'])} on the {_f(val['n_clear'])} clear answers: nothing "
+            "added beyond the context, the query and the expected answer)"
+            if isinstance(val.get("n_clear"), int) and val["n_clear"]
+            else ""
+        ),
     ]
     conf = val["confusion"]
     if isinstance(conf, Mapping):
