@@ -502,3 +502,16 @@ def test_native_and_positions_paths_agree(native_server, llama_server, chat_cfg)
     n = min(tn.n_steps, tp.n_steps)
     assert tn.answer_ids.tolist()[: n - 1] == tp.answer_ids.tolist()[: n - 1]
     assert np.max(np.abs(tn.logprob_answer_without[: n - 1] - tp.logprob_answer_without[: n - 1])) < 0.5
+
+
+def test_fingerprint_on_llama_server(native_server):
+    """llama-server answers /v1/completions log-probs in the chat-style ``content`` format: the
+    fingerprint (what ``calibrate --endpoint`` records and every endpoint audit checks) reads it, and
+    the same server fingerprints the same twice."""
+    from mnemoscope.pipelines.backends import compare_fingerprints
+
+    with _client(native_server) as c:
+        a, b = c.fingerprint(), c.fingerprint()
+        c.require_top_k(20)
+    assert all(len(p) == 10 for p in a.probes.values())
+    assert compare_fingerprints(a, b) is None

@@ -26,7 +26,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -591,8 +591,7 @@ class EndpointClient:
             got = len(probs[0].get("top_logprobs") or [])
         else:
             ch = self.completion("The capital of France is", max_tokens=1, logprobs=k)
-            tops = (ch.get("logprobs") or {}).get("top_logprobs") or []
-            got = len(tops[0]) if tops and tops[0] else 0
+            got = len(first_top_logprobs(ch))
         if got < k:
             raise EndpointCapabilityError(
                 f"the server returned {got} alternatives per position for logprobs={k}: fewer than k = {k} "
@@ -608,15 +607,43 @@ class EndpointClient:
         probes: dict[str, dict[str, float]] = {}
         for p in FINGERPRINT_PROBES:
             ch = self.completion(p, max_tokens=1, logprobs=k)
-            tops = (ch.get("logprobs") or {}).get("top_logprobs") or []
-            if not tops or not tops[0]:
+            top = first_top_logprobs(ch)
+            if not top:
                 raise EndpointCapabilityError(
                     "the server returned no top-k log-probs for the fingerprint probe (does it ignore "
                     "`logprobs`?)",
                     endpoint=self.endpoint,
                 )
-            probes[p] = {str(t): round(float(v), 4) for t, v in tops[0].items() if math.isfinite(float(v))}
+            probes[p] = {str(t): round(float(v), 4) for t, v in top.items() if math.isfinite(float(v))}
         return EndpointFingerprint(model_id=self.model, probes=probes)
+
+
+def first_top_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:
+    """The first position's top-k log-probs of a completions choice, ``{token: logprob}``, in either
+    format servers use: the legacy completions one (``logprobs.top_logprobs`` = a list of
+    ``{token: logprob}``; OpenAI, llama-cpp-python, vLLM) or the chat-style one llama.cpp's
+    ``llama-server`` also returns on ``/v1/completions`` (``logprobs.content`` = a list of
+    ``{token, logprob, top_logprobs: [{token, logprob}, ...]}``). ``{}`` when there is none.
+
+    Example:
+        >>> first_top_logprobs({"logprobs": {"top_logprobs": [{" Paris": -0.1, " London": -4.3}]}})
+        {' Paris': -0.1, ' London': -4.3}
+        >>> first_top_logprobs({"logprobs": {"content": [{"token": " Paris", "logprob": -0.1,
+        ...     "top_logprobs": [{"token": " Paris", "logprob": -0.1}, {"token": " London", "logprob": -4.3}]}]}})
+        {' Paris': -0.1, ' London': -4.3}
+    """
+    lp = choice.get("logprobs") or {}
+    tops = lp.get("top_logprobs") or []
+    if tops and isinstance(tops[0], Mapping) and tops[0]:
+        return {str(t): float(v) for t, v in tops[0].items()}
+    content = lp.get("content") or []
+    if content and isinstance(content[0], Mapping):
+        out: dict[str, float] = {}
+        for t in content[0].get("top_logprobs") or []:
+            if isinstance(t, Mapping) and "token" in t and "logprob" in t:
+                out.setdefault(str(t["token"]), float(t["logprob"]))
+        return out
+    return {}
 
 
 def _short(text: str, n: int = 200) -> str:

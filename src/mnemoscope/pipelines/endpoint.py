@@ -336,7 +336,7 @@ def calibrate_endpoint_profile(
     model = endpoint_model_info(client, fp)
     outp = Path(out)
     outp.mkdir(parents=True, exist_ok=True)
-    pool, draw = records, None
+    pool, draw, draw_seconds = records, None, [0.0]
     if c.per_class is not None:
         import sys
 
@@ -349,6 +349,7 @@ def calibrate_endpoint_profile(
                 client, chosen, pcfg, outp / "traces", model=model, progress=progress, overwrite=first[0]
             )
             first[0] = False
+            draw_seconds[0] += tr.seconds
             return {str(t.id): (t.answer_with, tr.closed_book[t.id]) for t in tr.traces}
 
         draw = draw_until(
@@ -464,7 +465,7 @@ def calibrate_endpoint_profile(
             "n_memory": None if not has_labels else sum(v == 1 for v in labels_list),
             "n_errors": len(traced.failures) + len(input_errors),
             "failures": traced.failures[:50],
-            "seconds": round(traced.seconds, 1),
+            "seconds": round(traced.seconds + draw_seconds[0], 1),
         },
     }
     header["profile_hash"] = profile_hash(header)
