@@ -177,6 +177,15 @@ def test_a_marked_profile_says_so_in_every_audit_and_the_layout_is_checked(tiny_
     with pytest.raises(ProfileError, match="stop sequences"):
         Auditor(lm, prof, layout={"stop": ["END"]})
     Auditor(lm, prof, layout={"max_new_tokens": 4, "stop": prof.layout["stop"]})  # the same: accepted
+    # per request (server, proxy, batch files): a longer answer than the profile saw is refused, named
+    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
+
+    longer, shorter = Auditor(lm, prof).audit(
+        [AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?", max_new_tokens=9),
+         AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?", max_new_tokens=2)]
+    )  # fmt: skip
+    assert isinstance(longer, AuditFailure) and longer.status == 422 and longer.field == "max_new_tokens"
+    assert "at most T = 4" in longer.message and not isinstance(shorter, AuditFailure)
 
 
 def test_a_model_without_profile_names_the_command_and_the_cache_is_found(

@@ -46,7 +46,8 @@ class AuditRequest:
         query: the user's query.
         answer: an answer to score instead of generating one (e.g. what a RAG chain's LLM
             said); it is teacher-forced on both paths.
-        max_new_tokens: answer length T (default: the profile's).
+        max_new_tokens: answer length T (default: the profile's); more than the profile's T is
+            refused with 422 (its calibration saw answers of at most that many tokens).
         id: the caller's id (echoed back; batch files require one).
         prompts: the two prompts already rendered (with the context, without it), e.g. an
             application's own messages through its chat template (the proxy); ``context`` and
@@ -196,7 +197,8 @@ def check_text(value: Any, field_name: str, *, allow_empty: bool, record: str | 
 def check_request(req: AuditRequest, default_max_new_tokens: int) -> AuditFailure | None:
     """The checks every backend makes on a request before any model call: valid UTF-8 text
     without control characters in query, context and given answer (422), and an answer
-    length T >= 1 (422). ``None`` when the request is fine."""
+    length 1 <= T <= the profile's T (422 otherwise, naming both: the profile's threshold and
+    guarantee were fitted on answers of at most its own T tokens). ``None`` when the request is fine."""
     try:
         check_text(req.query, "query", allow_empty=False)
         check_text(req.context, "context", allow_empty=True)
@@ -209,6 +211,17 @@ def check_request(req: AuditRequest, default_max_new_tokens: int) -> AuditFailur
     T = req.max_new_tokens or default_max_new_tokens
     if T < 1:
         return AuditFailure(422, f"max_new_tokens must be >= 1, got {T}", "max_new_tokens", kind="InputError")
+    if default_max_new_tokens < T:
+        # the profile's RePCS threshold, verdict and certification were fitted on answers of at most
+        # its own T tokens (a shorter T is an answer that stops earlier, as calibration answers do)
+        return AuditFailure(
+            422,
+            f"max_new_tokens {T}: the profile was calibrated on answers of at most T = {default_max_new_tokens} "
+            f"tokens, and its threshold, verdict and guarantee hold for those lengths only; ask for at most "
+            f"{default_max_new_tokens}, or audit with a profile calibrated with --max-new-tokens {T}",
+            "max_new_tokens",
+            kind="InputError",
+        )
     return None
 
 
