@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
@@ -30,7 +29,7 @@ from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.io import atomic_write, canonical_json
-from mnemoscope.pipelines.draw import draw_until
+from mnemoscope.pipelines.draw import draw_for_config
 from mnemoscope.pipelines.profile import (
     PROFILE_FORMAT,
     AnomalyRule,
@@ -157,15 +156,7 @@ def calibrate_profile(
                 if t.id in ids
             }
 
-        draw = draw_until(
-            records,
-            c.per_class,
-            answers_for,
-            mode=c.labels,
-            seed=c.seed,
-            max_traced=c.max_traced,
-            log=(lambda m: print(m, file=sys.stderr)) if progress else None,
-        )
+        draw = draw_for_config(c, records, answers_for, progress=progress)
         records, overwrite = draw.records, False
     summary = extract(
         lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress

@@ -48,7 +48,7 @@ import numpy as np
 from mnemoscope.bench.label_check import LabelMode, item_fields, verify_labels
 from mnemoscope.errors import InputError
 
-__all__ = ["DrawResult", "draw_order", "draw_until", "queue_of"]
+__all__ = ["DrawResult", "draw_for_config", "draw_order", "draw_until", "queue_of"]
 
 Answers = Mapping[str, tuple[str, str]]
 
@@ -225,4 +225,23 @@ def draw_until(
         by_queue=by_queue,
         kept_by_difficulty=kept_diff,
         available=available,
+    )
+
+
+def draw_for_config(
+    config: Any, records: Sequence[Any], answers_for: Callable[[list[Any]], Answers], *, progress: bool
+) -> DrawResult:
+    """:func:`draw_until` with a calibration config's settings (``per_class``, ``labels``, ``seed``,
+    ``max_traced``: :class:`~mnemoscope.pipelines.profile.CalibrationConfig` and the endpoint's),
+    one line per round on stderr when ``progress``."""
+    import sys
+
+    return draw_until(
+        records,
+        config.per_class,
+        answers_for,
+        mode=config.labels,
+        seed=config.seed,
+        max_traced=config.max_traced,
+        log=(lambda m: print(m, file=sys.stderr)) if progress else None,
     )

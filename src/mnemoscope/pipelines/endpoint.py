@@ -338,9 +338,7 @@ def calibrate_endpoint_profile(
     outp.mkdir(parents=True, exist_ok=True)
     pool, draw, draw_seconds = records, None, [0.0]
     if c.per_class is not None:
-        import sys
-
-        from mnemoscope.pipelines.draw import draw_until
+        from mnemoscope.pipelines.draw import draw_for_config
 
         first = [overwrite]
 
@@ -352,15 +350,7 @@ def calibrate_endpoint_profile(
             draw_seconds[0] += tr.seconds
             return {str(t.id): (t.answer_with, tr.closed_book[t.id]) for t in tr.traces}
 
-        draw = draw_until(
-            records,
-            c.per_class,
-            answers_for,
-            mode=c.labels,
-            seed=c.seed,
-            max_traced=c.max_traced,
-            log=(lambda m: print(m, file=sys.stderr)) if progress else None,
-        )
+        draw = draw_for_config(c, records, answers_for, progress=progress)
         records, overwrite = draw.records, False
     traced = trace_with_closed_book(
         client, records, pcfg, outp / "traces", model=model, progress=progress, overwrite=overwrite
