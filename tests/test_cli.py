@@ -274,3 +274,17 @@ def test_calibrate_command_writes_a_profile_and_says_what_it_fitted(tiny_folder,
     said = capsys.readouterr().out
     assert said.startswith(f"wrote {out}: ") and "RePCS tau" in said and "profile hash" in said
     assert (out / "profile.json").is_file()
+
+
+def test_http_request_lines_are_quiet_unless_debugging() -> None:
+    """An endpoint calibration sends thousands of requests: httpx's INFO line per request would
+    drown the progress bar; --debug brings them back."""
+    import logging
+
+    from mnemoscope.cli.options import configure_logging
+
+    configure_logging(quiet=False, debug=False)
+    assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
+    assert logging.getLogger("httpcore").getEffectiveLevel() == logging.WARNING
+    logging.getLogger("httpx").setLevel(logging.NOTSET)
+    logging.getLogger("httpcore").setLevel(logging.NOTSET)

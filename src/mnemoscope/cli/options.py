@@ -225,6 +225,10 @@ def configure_logging(quiet: bool, debug: bool) -> None:
     level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if not debug:
+        # one INFO line per HTTP request (httpx, httpcore) drowns the progress bar of an endpoint
+        # calibration or batch audit: thousands of lines; --debug shows them again.
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         # transformers' own progress bars and notices are noise next to ours.
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
