@@ -588,3 +588,67 @@ def test_endpoint_audit_emits_the_audit_span(client, endpoint_profile):
     assert a["llm.model_name"] == endpoint_profile.model["name"]
     assert a["mnemoscope.profile_hash"] == endpoint_profile.content_hash
     assert res.to_dict()["backend"] == "endpoint"
+
+
+def test_one_logprobs_parser_reads_both_formats_alike() -> None:
+    """Every endpoint path parses log-probs with ``choice_logprobs``: the legacy completions
+    format and llama-server's chat-style one give the same tokens and top-k, malformed blocks are
+    errors that name the problem, and a choice without log-probs is ``None``."""
+    from mnemoscope.models.endpoint import choice_logprobs
+    from mnemoscope.trace.endpoint import parse_logprobs
+    from mnemoscope.trace.endpoint_score import served_scores
+
+    legacy = {
+        "logprobs": {
+            "tokens": [" Paris", "."],
+            "token_logprobs": [-0.1, -0.5],
+            "top_logprobs": [{" Paris": -0.1, " Lyon": -3.0}, {".": -0.5, "!": -1.2}],
+        }
+    }
+    chat = {
+        "logprobs": {
+            "content": [
+                {
+                    "token": " Paris",
+                    "logprob": -0.1,
+                    "id": 11,
+                    "top_logprobs": [
+                        {"token": " Paris", "logprob": -0.1, "id": 11},
+                        {"token": " Lyon", "logprob": -3.0, "id": 12},
+                        {"token": " Lyon", "logprob": -9.0, "id": 99},  # same spelling, less likely
+                    ],
+                },
+                {
+                    "token": ".",
+                    "logprob": -0.5,
+                    "id": 13,
+                    "top_logprobs": [
+                        {"token": ".", "logprob": -0.5, "id": 13},
+                        {"token": "!", "logprob": -1.2, "id": 14},
+                    ],
+                },
+            ]
+        }
+    }
+    a, b = choice_logprobs(legacy), choice_logprobs(chat)
+    assert a is not None and b is not None
+    assert a.tokens == b.tokens == [" Paris", "."]
+    assert a.token_logprobs == b.token_logprobs == [-0.1, -0.5]
+    assert a.top_logprobs == b.top_logprobs  # the more probable " Lyon" is kept
+    assert a.ids is None and b.ids == [11, 13] and b.top_ids is not None and b.top_ids[0][99] == -9.0
+    assert parse_logprobs(legacy).top_logprobs == parse_logprobs(chat).top_logprobs
+    s_legacy = served_scores({"choices": [legacy]})
+    s_chat = served_scores({"choices": [chat]})
+    assert s_legacy is not None and s_chat is not None and s_legacy.tops == s_chat.tops
+    assert served_scores({"choices": [legacy]}, by_id=True) is None  # no ids in the legacy format
+    by_id = served_scores({"choices": [chat]}, by_id=True)
+    assert by_id is not None and by_id.ids == [11, 13]
+    assert choice_logprobs({"text": "Paris"}) is None
+    with pytest.raises(ValueError, match="different lengths"):
+        choice_logprobs(
+            {"logprobs": {"tokens": ["a", "b"], "token_logprobs": [-1.0], "top_logprobs": [{}, {}]}}
+        )
+    with pytest.raises(EndpointError, match="malformed"):
+        parse_logprobs({"logprobs": {"content": [{"logprob": -1.0}]}}, what="echo")
+    with pytest.raises(EndpointCapabilityError, match="no logprobs"):
+        parse_logprobs({"text": "x"})

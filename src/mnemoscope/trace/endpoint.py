@@ -50,6 +50,7 @@ from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
     TokenAlignmentError,
+    choice_logprobs,
 )
 from mnemoscope.trace.chat_template import ChatTemplate, load_chat_template
 from mnemoscope.trace.endpoint_score import (
@@ -99,30 +100,18 @@ class ParsedLogprobs:
 def parse_logprobs(
     choice: dict[str, Any], *, endpoint: str | None = None, what: str = "completion"
 ) -> ParsedLogprobs:
-    """The ``logprobs`` block of a completions choice; an error when the server ignored ``logprobs``."""
-    lp = choice.get("logprobs")
-    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+    """The ``logprobs`` block of a completions choice, in either format
+    (:func:`~mnemoscope.models.endpoint.choice_logprobs`); an error when the server ignored
+    ``logprobs`` or returned a malformed block."""
+    try:
+        lp = choice_logprobs(choice)
+    except (ValueError, KeyError, TypeError) as e:
+        raise EndpointError(f"the {what}'s logprobs are malformed: {e}", endpoint=endpoint) from e
+    if lp is None:
         raise EndpointCapabilityError(
             f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=endpoint
         )
-    toks = [str(t) for t in lp["tokens"]]
-    tlp = lp.get("token_logprobs") or [None] * len(toks)
-    tops = lp.get("top_logprobs") or [None] * len(toks)
-    if not (len(toks) == len(tlp) == len(tops)):
-        raise EndpointError(f"the {what}'s logprobs lists have different lengths", endpoint=endpoint)
-    clean_tops: list[dict[str, float] | None] = []
-    for t in tops:
-        if t is None:
-            clean_tops.append(None)
-        elif isinstance(t, dict):
-            clean_tops.append({str(a): float(b) for a, b in t.items()})
-        elif isinstance(t, list):  # some servers return [{"token": ..., "logprob": ...}]
-            clean_tops.append({str(e["token"]): float(e["logprob"]) for e in t})
-        else:
-            raise EndpointError(
-                f"the {what}'s top_logprobs entries are not token->logprob maps", endpoint=endpoint
-            )
-    return ParsedLogprobs(toks, [None if v is None else float(v) for v in tlp], clean_tops)
+    return ParsedLogprobs(lp.tokens, lp.token_logprobs, list(lp.top_logprobs))
 
 
 def top_k_entries(

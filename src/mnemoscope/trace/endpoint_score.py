@@ -46,6 +46,7 @@ from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
     TokenAlignmentError,
+    choice_logprobs,
 )
 
 __all__ = [
@@ -98,10 +99,15 @@ class Scored:
 
 
 def _lp_block(ch: dict[str, Any], ep: str, what: str) -> dict[str, Any]:
-    lp = ch.get("logprobs")
-    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+    """The choice's log-probs as legacy-format lists (``tokens``, ``token_logprobs``,
+    ``top_logprobs``), read from either format by :func:`~mnemoscope.models.endpoint.choice_logprobs`."""
+    try:
+        lp = choice_logprobs(ch)
+    except (ValueError, KeyError, TypeError) as e:
+        raise EndpointError(f"the {what}'s logprobs are malformed: {e}", endpoint=ep) from e
+    if lp is None:
         raise EndpointError(f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=ep)
-    return lp
+    return {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs, "top_logprobs": lp.top_logprobs}
 
 
 def _finite(v: Any, where: str, ep: str) -> float:
@@ -339,30 +345,19 @@ def served_scores(response: dict[str, Any], *, by_id: bool = False) -> Scored | 
     ``native`` path; ``None`` when the server gives no ids)."""
     try:
         ch = response["choices"][0]
-        lp = ch.get("logprobs")
-        if not isinstance(lp, dict):
+        lp = choice_logprobs(ch)
+        if lp is None or any(v is None for v in lp.token_logprobs):
             return None
         s = Scored(ids=[] if by_id else None)
-        if isinstance(lp.get("content"), list):  # chat format
-            for e in lp["content"]:
-                s.pieces.append(str(e["token"]))
-                s.own.append(float(e["logprob"]))
-                tops = e.get("top_logprobs") or []
-                if by_id:
-                    assert s.ids is not None
-                    s.ids.append(int(e["id"]))
-                    s.tops.append({int(x["id"]): float(x["logprob"]) for x in tops})
-                else:
-                    s.tops.append({str(x["token"]): float(x["logprob"]) for x in tops})
-        elif by_id:
-            return None
-        elif isinstance(lp.get("tokens"), list):  # completions (legacy) format
-            for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True):
-                s.pieces.append(str(tok))
-                s.own.append(float(v))
-                s.tops.append({str(a): float(b) for a, b in (top or {}).items()})
+        if by_id:
+            if lp.ids is None or lp.top_ids is None:
+                return None
+            s.ids = list(lp.ids)
+            s.tops.extend(dict(t) for t in lp.top_ids)
         else:
-            return None
+            s.tops.extend(dict(t or {}) for t in lp.top_logprobs)
+        s.pieces.extend(lp.tokens)
+        s.own.extend(float(v) for v in lp.token_logprobs if v is not None)
         n_p = (response.get("usage") or {}).get("prompt_tokens")
         s.n_prompt = int(n_p) if isinstance(n_p, int) else None
     except (KeyError, IndexError, TypeError, ValueError):
