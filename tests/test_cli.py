@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -288,3 +289,40 @@ def test_http_request_lines_are_quiet_unless_debugging() -> None:
     assert logging.getLogger("httpcore").getEffectiveLevel() == logging.WARNING
     logging.getLogger("httpx").setLevel(logging.NOTSET)
     logging.getLogger("httpcore").setLevel(logging.NOTSET)
+
+
+def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_path, monkeypatch):
+    """On the shipped data without --max-records / --per-class, calibrate draws until 150 answers
+    of each class verify (at most 1200 traced); --max-records alone keeps a fixed sample."""
+    import mnemoscope.pipelines.calibrate as cal
+    from mnemoscope.pipelines.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
+
+    seen: list[tuple[int, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(lm, records, out, config, **kw):  # type: ignore[no-untyped-def]
+        seen.append((len(records), config))
+        raise Stop
+
+    monkeypatch.setattr(cal, "calibrate_profile", fake)
+    base = [
+        "--quiet",
+        "calibrate",
+        "--model",
+        str(tiny_folder),
+        "--out",
+        str(tmp_path / "p"),
+        "--threads",
+        "1",
+    ]
+    with pytest.raises(Stop):
+        main(base)
+    n, cfg = seen[-1]
+    assert (cfg.per_class, cfg.max_traced) == (DEFAULT_PER_CLASS, DEFAULT_MAX_TRACED) == (150, 1200)
+    assert n > 1200  # the whole shipped pool: the draw picks from it
+    with pytest.raises(Stop):
+        main([*base, "--max-records", "60"])
+    n, cfg = seen[-1]
+    assert cfg.per_class is None and cfg.max_traced is None and n == 60

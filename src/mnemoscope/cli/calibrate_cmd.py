@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
         "clean answers it does not fit on), audit the held-out part and print the validation card. "
         "Labels: 0 = clean (answer from the context), 1 = from memory.",
         epilog="Examples:\n"
-        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen   # until 150 per class verify\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a fixed sample\n"
         "  mnemoscope calibrate --model gemma.gguf --out profiles/gemma --labels given --input mine.jsonl\n"
         "  mnemoscope calibrate --endpoint http://127.0.0.1:8080/v1 --chat-template qwen.gguf --out p/\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -48,14 +49,16 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="JSONL of {id, context, query, label, answer, aliases?, kind?, fact_id?, context_answer?}; "
         "default: the shipped calibration data (well-known facts = memory, invented facts = clean, "
-        "knowledge conflicts when shipped), sampled by --max-records",
+        "knowledge conflicts when shipped), drawn until 150 answers of each class verify (at most 1200 "
+        "records traced) unless --max-records or --per-class is given",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="profile folder to write")
     c.add_argument(
         "--max-records",
         type=int,
         default=None,
-        help="stratified seeded sample of the input; with --per-class: the most records traced",
+        help="stratified seeded sample of the input (alone: a fixed sample); with --per-class: the most "
+        "records traced",
     )
     c.add_argument(
         "--per-class",
@@ -165,13 +168,15 @@ def sample_records(records: list[Any], n: int | None, seed: int) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from mnemoscope.data.records import read_records
     from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
+    from mnemoscope.pipelines.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS, CalibrationConfig
 
     path = args.input
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
         path = shipped_records()
         if args.max_records is None and args.per_class is None:
-            args.max_records = 240
+            # draw until enough labels verify on this model (a fixed sample leaves a small model
+            # with too few memory answers: docs/calibrate.md, measured figures)
+            args.per_class, args.max_records = DEFAULT_PER_CLASS, DEFAULT_MAX_TRACED
     records, errors = read_records(path, on_error=args.on_error)
     for e in errors:
         print(f"skipped: {e}", file=sys.stderr)
@@ -251,6 +256,8 @@ def auto_profile(lm: Any, *, quiet: bool = False, cache: str | None = None) -> P
     from mnemoscope.data.records import read_records
     from mnemoscope.pipelines.calibrate import calibrate_profile
     from mnemoscope.pipelines.profile import (
+        DEFAULT_MAX_TRACED,
+        DEFAULT_PER_CLASS,
         CalibrationConfig,
         ProfileError,
         cached_profile_dir,
@@ -264,12 +271,13 @@ def auto_profile(lm: Any, *, quiet: bool = False, cache: str | None = None) -> P
         pass
     out = cached_profile_dir(lm.info, cache)
     records, _ = read_records(shipped_records())
-    records = sample_records(records, 240, 42)
-    eta = estimate_calibration_seconds(lm.info, len(records))
+    eta = estimate_calibration_seconds(lm.info)
     print(
         f"mnemoscope: no profile for {lm.info.name}; calibrating one into {out} "
-        f"(about {eta / 60:.0f} min on one thread; resumable)",
+        f"(drawing until {DEFAULT_PER_CLASS} answers of each class verify: about {eta / 60:.0f} min "
+        "on one thread; resumable)",
         file=sys.stderr,
     )
-    calibrate_profile(lm, records, out, CalibrationConfig(labels="verify"), progress=not quiet)
+    config = CalibrationConfig(labels="verify", per_class=DEFAULT_PER_CLASS, max_traced=DEFAULT_MAX_TRACED)
+    calibrate_profile(lm, records, out, config, progress=not quiet)
     return out

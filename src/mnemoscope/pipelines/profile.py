@@ -317,8 +317,15 @@ DEFAULT_PROFILES = "mnemoscope.data.profiles"
 #: records in about 10 min on one core (issue 27): 13.5 s per record per B. A loaded machine is
 #: slower (docs/calibrate.md: 20-26 s per record for the 135M default model at load 12-20).
 SECONDS_PER_RECORD_PER_BPARAM = 13.5
-#: records the shipped calibration data gives a calibration by default
-DEFAULT_CALIBRATION_RECORDS = 240
+#: answers of each class (memory, context-needed) the default calibration on the shipped data
+#: draws records until they verify on the model (``calibrate --per-class``)
+DEFAULT_PER_CLASS = 150
+#: the most records the default calibration traces before it stops drawing
+DEFAULT_MAX_TRACED = 1200
+#: records the default calibration typically traces: the measured draws needed about 1.5
+#: records per verified answer (SmolLM2-135M: 443 for 150 per class; Qwen2.5-Coder-0.5B over
+#: llama-server: 308 for 100; docs/calibrate.md); a model that knows fewer facts needs more
+DEFAULT_CALIBRATION_RECORDS = 450
 
 
 def cached_profile_dir(info: Any, cache: str | Path | None = None) -> Path:
@@ -375,8 +382,9 @@ def default_profile_path(info: Any) -> Path:
     secs = estimate_calibration_seconds(info)
     raise ProfileError(
         f"no audit profile fits the model {name} (none shipped, none cached under {cached}); calibrate one "
-        f"with `{calibrate_command(info)}` (about {secs / 60:.0f} min on one idle CPU thread for "
-        f"{DEFAULT_CALIBRATION_RECORDS} records), or pass --auto-calibrate to run it once and cache it, "
+        f"with `{calibrate_command(info)}` (about {secs / 60:.0f} min on one idle CPU thread for the "
+        f"typical {DEFAULT_CALIBRATION_RECORDS} records it traces until {DEFAULT_PER_CLASS} answers of "
+        "each class verify), or pass --auto-calibrate to run it once and cache it, "
         "or --profile DIR"
     )
 
