@@ -204,13 +204,23 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
 # -- the real llama.cpp server ----------------------------------------------------------------------
 
 
-def _llama(threads: int, interrupt: bool = True) -> Any:
-    """llama-cpp-python's server. ``interrupt=False``: ``--interrupt_requests False`` (by default a
-    new request interrupts the stream being generated, which cuts concurrent streams short)."""
+def _llama(threads: int, interrupt: bool = True, kind: str = "lcp") -> Any:
+    """llama-cpp-python's server (``kind="lcp"``) or llama.cpp's C++ ``llama-server``
+    (``"native"``; binary from ``MNEMOSCOPE_LLAMA_SERVER`` or the PATH, as the tests find it).
+    ``interrupt=False``: llama-cpp-python's ``--interrupt_requests False`` (by default a new request
+    interrupts the stream being generated, which cuts concurrent streams short)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from llama_servers import LlamaCppServer  # the tests' server launcher (python -m llama_cpp.server)
     from mnemoscope.models.loader import default_gguf_path
 
+    if kind == "native":
+        from llama_servers import LlamaServerNative
+
+        native = LlamaServerNative(
+            default_gguf_path(), n_threads=threads, log_path=Path("/tmp/bench_proxy_llama_server.log")
+        )
+        native.start(timeout=300)
+        return native
     server = LlamaCppServer(
         default_gguf_path(),
         n_threads=threads,
@@ -498,8 +508,8 @@ def _proxies(
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
-    server = _llama(args.threads)
-    audit_server = _llama(args.threads) if args.audit_server == "separate" else None
+    server = _llama(args.threads, kind=args.server)
+    audit_server = _llama(args.threads, kind=args.server) if args.audit_server == "separate" else None
     tmp = Path(tempfile.mkdtemp())
     procs: dict[str, ProxyProcess] = {}
     try:
@@ -577,6 +587,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
             "gap": args.gap,
             "audit_server": args.audit_server,
             "server_threads": args.threads,
+            "server_kind": args.server,
             "server": " ".join(server.command[1:]),
         }
         return out
@@ -592,7 +603,7 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
-    server = _llama(args.threads, interrupt=args.interrupt_requests == "true")
+    server = _llama(args.threads, interrupt=args.interrupt_requests == "true", kind=args.server)
     tmp = Path(tempfile.mkdtemp())
     procs: dict[str, ProxyProcess] = {}
     try:
@@ -693,6 +704,7 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
             "audit_wait": args.audit_wait,
             "audit_workers": 1,
             "server_threads": args.threads,
+            "server_kind": args.server,
             "server": " ".join(server.command[1:]),
             "interrupt_requests": args.interrupt_requests,
             "proxy": {k: " ".join(p.command[3:]) for k, p in procs.items()},
@@ -714,6 +726,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("latency", "load"):
         q = sub.add_parser(name)
         q.add_argument("--threads", type=int, default=1, help="llama.cpp server threads")
+        q.add_argument(
+            "--server",
+            choices=["lcp", "native"],
+            default="lcp",
+            help="the upstream: llama-cpp-python's server (lcp) or llama.cpp's C++ llama-server (native)",
+        )
         q.add_argument(
             "--profile",
             default=None,
