@@ -128,7 +128,7 @@ def run_pairs(
                 {"line": getattr(r, "line", None), "id": r.id, "field": e.field, "message": e.reason}
             )
 
-    bar = tqdm(total=len(prepared), desc="pairs", unit="pair", disable=not progress)
+    bar = tqdm(total=len(prepared), desc="pairs", unit="pair", disable=not progress or not prepared)
     try:
         for idx in batch_ranges(len(prepared), batch_size):
             batch = [prepared[i] for i in idx]
