@@ -314,8 +314,10 @@ def profile_hash(header: dict[str, Any], crm_bytes: bytes | None = None) -> str:
 DEFAULT_PROFILES = "mnemoscope.data.profiles"
 #: calibration rate on one idle CPU thread: wall seconds per record per billion parameters (as
 #: estimated by :func:`n_params_estimate`). Qwen2.5-Coder-0.5B (0.37 B by that estimate) traced 120
-#: records in about 10 min on one core (issue 27): 13.5 s per record per B. A loaded machine is
-#: slower (docs/calibrate.md: 20-26 s per record for the 135M default model at load 12-20).
+#: records in about 10 min on one core (issue 27): 13.5 s per record per B. The --per-class runs
+#: of docs/calibrate.md (whole calibration, two at a time on 2 cores, load 1-5) measured 12.0
+#: (SmolLM2, 0.15 B), 11.7 (Gemma-3-270m, 0.26 B) and 9.9 (Qwen, 0.37 B): the estimate errs long.
+#: A loaded machine is slower (20-26 s per record for the 135M default model at load 12-20).
 SECONDS_PER_RECORD_PER_BPARAM = 13.5
 #: answers of each class (memory, context-needed) the default calibration on the shipped data
 #: draws records until they verify on the model (``calibrate --per-class``)
