@@ -205,13 +205,13 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.929", _VER, "B_held_out.auc.p_memory.ci[0]"),
         ("0.991", _VER, "B_held_out.auc.p_memory.ci[1]"),
     ],
-    "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 150`)": [
-        ("0.951", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.auc.estimate"),
-        ("0.907", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.auc.ci[0]"),
-        ("0.983", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.auc.ci[1]"),
-        ("0.000", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.false_flag_rate"),
-        ("0.46", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.memory_recall"),
-        ("0.65", "calibration/smollm2-135m-instruct-pc150/card.json", "validation.accuracy_3way"),
+    "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": [
+        ("0.953", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.estimate"),
+        ("0.927", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.ci[0]"),
+        ("0.973", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.ci[1]"),
+        ("0.053", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.false_flag_rate"),
+        ("0.79", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.memory_recall"),
+        ("0.79", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.accuracy_3way"),
     ],
     "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 100`)": [
         ("0.988", "calibration/gemma-3-270m-pc100/card.json", "validation.auc.estimate"),
@@ -229,13 +229,13 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.56", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.memory_recall"),
         ("0.74", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.accuracy_3way"),
     ],
-    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, `--per-class 100`)": [
-        ("0.956", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.auc.estimate"),
-        ("0.912", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.auc.ci[0]"),
-        ("0.987", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.auc.ci[1]"),
-        ("0.000", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.false_flag_rate"),
-        ("0.68", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.memory_recall"),
-        ("0.77", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc100/card.json", "validation.accuracy_3way"),
+    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, `--per-class 300`)": [
+        ("0.953", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.estimate"),
+        ("0.930", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.ci[0]"),
+        ("0.973", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.ci[1]"),
+        ("0.044", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.false_flag_rate"),
+        ("0.72", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.memory_recall"),
+        ("0.78", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.accuracy_3way"),
     ],
     "likelihood attacks (loss, zlib, Min-K%(++), ref)": [
         ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),

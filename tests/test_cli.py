@@ -292,8 +292,8 @@ def test_http_request_lines_are_quiet_unless_debugging() -> None:
 
 
 def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_path, monkeypatch):
-    """On the shipped data without --max-records / --per-class, calibrate draws until 150 answers
-    of each class verify (at most 1200 traced); --max-records alone keeps a fixed sample."""
+    """On the shipped data without --max-records / --per-class, calibrate draws until 300 answers
+    of each class verify (at most 2400 traced); --max-records alone keeps a fixed sample."""
     import mnemoscope.pipelines.calibrate as cal
     from mnemoscope.pipelines.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
 
@@ -320,8 +320,8 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
     with pytest.raises(Stop):
         main(base)
     n, cfg = seen[-1]
-    assert (cfg.per_class, cfg.max_traced) == (DEFAULT_PER_CLASS, DEFAULT_MAX_TRACED) == (150, 1200)
-    assert n > 1200  # the whole shipped pool: the draw picks from it
+    assert (cfg.per_class, cfg.max_traced) == (DEFAULT_PER_CLASS, DEFAULT_MAX_TRACED) == (300, 2400)
+    assert n > 2400  # the whole shipped pool: the draw picks from it
     with pytest.raises(Stop):
         main([*base, "--max-records", "60"])
     n, cfg = seen[-1]

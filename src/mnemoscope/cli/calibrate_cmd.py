@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
         "clean answers it does not fit on), audit the held-out part and print the validation card. "
         "Labels: 0 = clean (answer from the context), 1 = from memory.",
         epilog="Examples:\n"
-        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen   # until 150 per class verify\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen   # until 300 per class verify\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a fixed sample\n"
         "  mnemoscope calibrate --model gemma.gguf --out profiles/gemma --labels given --input mine.jsonl\n"
         "  mnemoscope calibrate --endpoint http://127.0.0.1:8080/v1 --chat-template qwen.gguf --out p/\n",
@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="JSONL of {id, context, query, label, answer, aliases?, kind?, fact_id?, context_answer?}; "
         "default: the shipped calibration data (well-known facts = memory, invented facts = clean, "
-        "knowledge conflicts when shipped), drawn until 150 answers of each class verify (at most 1200 "
+        "knowledge conflicts when shipped), drawn until 300 answers of each class verify (at most 2400 "
         "records traced) unless --max-records or --per-class is given",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="profile folder to write")

@@ -257,7 +257,9 @@ def trace_with_closed_book(
     def closed(t: PairTrace) -> str:
         return str(client.completion(t.prompt_without, max_tokens=T).get("text", ""))
 
-    with tqdm(total=len(todo), disable=not progress or not todo, desc="endpoint calibrate", unit="rec") as bar:
+    with tqdm(
+        total=len(todo), disable=not progress or not todo, desc="endpoint calibrate", unit="rec"
+    ) as bar:
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
             tr = trace_records(client, part, config, early_stop=chunk if start == 0 else 0)
