@@ -230,12 +230,36 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.74", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.accuracy_3way"),
     ],
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, `--per-class 300`)": [
-        ("0.953", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.estimate"),
-        ("0.930", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.ci[0]"),
-        ("0.973", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.auc.ci[1]"),
-        ("0.044", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.false_flag_rate"),
-        ("0.72", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.memory_recall"),
-        ("0.78", "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json", "validation.accuracy_3way"),
+        (
+            "0.953",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.auc.estimate",
+        ),
+        (
+            "0.930",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.auc.ci[0]",
+        ),
+        (
+            "0.973",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.auc.ci[1]",
+        ),
+        (
+            "0.044",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.false_flag_rate",
+        ),
+        (
+            "0.72",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.memory_recall",
+        ),
+        (
+            "0.78",
+            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
+            "validation.accuracy_3way",
+        ),
     ],
     "likelihood attacks (loss, zlib, Min-K%(++), ref)": [
         ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),
