@@ -328,3 +328,29 @@ def test_endpoint_calibration_verifies_splits_and_writes_the_card(
     assert len(rows) == card["held_out"]["n"] and not {r["id"] for r in rows} & drop
     assert card["labels"]["n_per_class"] == {"memory": 17, "context": 17}
     assert prof.layout["stop"] == list(prof.builder.stop) and prof.layout["stop"]  # no chat template
+
+
+def test_a_profile_whose_held_out_false_flags_exceed_alpha_is_marked() -> None:
+    """The guarantee failing on held-out answers (the false-flag CI wholly above alpha) marks the
+    profile, as a low AUC does; within sampling of alpha it stays validated."""
+    from types import SimpleNamespace
+
+    from mnemoscope.pipelines.validation import profile_status
+
+    def card(flags: int, lo: float, hi: float) -> dict[str, Any]:
+        return {
+            "auc": {"estimate": 0.97, "ci": [0.95, 0.99]},
+            "held_out": {"n": 247, "n_memory": 103, "n_context": 144},
+            "alpha": 0.05,
+            "false_flag_rate": flags / 144,
+            "false_flag_ci": [lo, hi],
+            "false_flag_within_alpha": lo <= 0.05,
+            "memory_recall": 0.9,
+        }
+
+    verdict = SimpleNamespace(certified_=True, alpha=0.05, n_conformal_=143, min_n_=19)
+    bad = profile_status(SimpleNamespace(verdict=verdict, validation=card(15, 0.059, 0.166)))
+    assert not bad["ok"] and bad["status"] == "marked"
+    assert any("false-flag rate 0.104 [0.059, 0.166] is above alpha 0.05" in r for r in bad["reasons"])
+    good = profile_status(SimpleNamespace(verdict=verdict, validation=card(7, 0.020, 0.097)))
+    assert good["ok"] and good["status"] == "validated"

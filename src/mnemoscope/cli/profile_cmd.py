@@ -58,13 +58,13 @@ def shipped_default_profile() -> Path:
 
 def run_show(args: argparse.Namespace) -> int:
     from mnemoscope.pipelines.profile import load_profile
-    from mnemoscope.report.profile_card import profile_card, read_validation, render_text
+    from mnemoscope.report.profile_card import profile_card, render_text
 
     path = shipped_default_profile() if args.profile == "default" else Path(args.profile)
     profile = load_profile(path, backend=None)
     from mnemoscope.pipelines.validation import profile_status
 
-    card = profile_card(profile, read_validation(profile))
+    card = profile_card(profile, profile.validation)  # its profile_status is the live one (load_profile)
     card["status"] = profile_status(profile)
     if args.json:
         print(json.dumps(card, indent=1))

@@ -442,6 +442,12 @@ def load_profile(
     from mnemoscope.report.profile_card import read_validation
 
     prof.validation = read_validation(prof)
+    if isinstance(prof.validation, dict) and prof.validation.get("status") != "not measured":
+        from mnemoscope.pipelines.validation import profile_status
+
+        # the status under the current rule (what every audit it backs says), not the one recorded
+        # when the card was written: `profile show` and the audits never disagree
+        prof.validation = {**prof.validation, "profile_status": profile_status(prof)}
     return prof
 
 

@@ -331,6 +331,12 @@ def profile_status(profile: Any) -> dict[str, Any]:
                 + ", ".join(f"{n} {c} answers" for c, n in small.items())
                 + f" (at least {MIN_HELD_OUT_PER_CLASS} of each)"
             )
+        if val.get("false_flag_within_alpha") is False:
+            fci = val.get("false_flag_ci") or [None, None]
+            reasons.append(
+                f"held-out false-flag rate {_f(ffr)} [{_f(fci[0])}, {_f(fci[1])}] is above alpha "
+                f"{val.get('alpha')}: the guarantee did not hold on held-out answers"
+            )
     ok = not reasons
     return {
         "ok": ok,
