@@ -44,6 +44,7 @@ __all__ = [
     "choice_logprobs",
     "compare_fingerprints",
     "first_top_logprobs",
+    "require_choice_logprobs",
 ]
 
 log = logging.getLogger(__name__)
@@ -715,6 +716,24 @@ def choice_logprobs(choice: Mapping[str, Any]) -> ChoiceLogprobs | None:
                 ids, top_ids = None, None
         return ChoiceLogprobs(toks, own_c, tops_c, ids, top_ids)
     return None
+
+
+def require_choice_logprobs(
+    choice: Mapping[str, Any],
+    *,
+    endpoint: str | None,
+    what: str,
+    missing: type[EndpointError] = EndpointError,
+) -> ChoiceLogprobs:
+    """:func:`choice_logprobs`, or an error naming ``what``: :class:`EndpointError` for a
+    malformed block, ``missing`` (default :class:`EndpointError`) when the server sent none."""
+    try:
+        lp = choice_logprobs(choice)
+    except (ValueError, KeyError, TypeError) as e:
+        raise EndpointError(f"the {what}'s logprobs are malformed: {e}", endpoint=endpoint) from e
+    if lp is None:
+        raise missing(f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=endpoint)
+    return lp
 
 
 def first_top_logprobs(choice: Mapping[str, Any]) -> dict[str, float]:

@@ -50,7 +50,7 @@ from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
     TokenAlignmentError,
-    choice_logprobs,
+    require_choice_logprobs,
 )
 from mnemoscope.trace.chat_template import ChatTemplate, load_chat_template
 from mnemoscope.trace.endpoint_score import (
@@ -102,15 +102,8 @@ def parse_logprobs(
 ) -> ParsedLogprobs:
     """The ``logprobs`` block of a completions choice, in either format
     (:func:`~mnemoscope.models.endpoint.choice_logprobs`); an error when the server ignored
-    ``logprobs`` or returned a malformed block."""
-    try:
-        lp = choice_logprobs(choice)
-    except (ValueError, KeyError, TypeError) as e:
-        raise EndpointError(f"the {what}'s logprobs are malformed: {e}", endpoint=endpoint) from e
-    if lp is None:
-        raise EndpointCapabilityError(
-            f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=endpoint
-        )
+    ``logprobs`` (:class:`EndpointCapabilityError`) or returned a malformed block."""
+    lp = require_choice_logprobs(choice, endpoint=endpoint, what=what, missing=EndpointCapabilityError)
     return ParsedLogprobs(lp.tokens, lp.token_logprobs, list(lp.top_logprobs))
 
 

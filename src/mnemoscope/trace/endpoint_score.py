@@ -40,13 +40,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
     TokenAlignmentError,
     choice_logprobs,
+    require_choice_logprobs,
 )
 
 __all__ = [
@@ -98,18 +99,6 @@ class Scored:
             del self.ids[-1]
 
 
-def _lp_block(ch: dict[str, Any], ep: str, what: str) -> dict[str, Any]:
-    """The choice's log-probs as legacy-format lists (``tokens``, ``token_logprobs``,
-    ``top_logprobs``), read from either format by :func:`~mnemoscope.models.endpoint.choice_logprobs`."""
-    try:
-        lp = choice_logprobs(ch)
-    except (ValueError, KeyError, TypeError) as e:
-        raise EndpointError(f"the {what}'s logprobs are malformed: {e}", endpoint=ep) from e
-    if lp is None:
-        raise EndpointError(f"the {what} has no logprobs (the server ignores `logprobs`?)", endpoint=ep)
-    return {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs, "top_logprobs": lp.top_logprobs}
-
-
 def _finite(v: Any, where: str, ep: str) -> float:
     try:
         f = float(v)
@@ -137,14 +126,9 @@ def lcp_generate(
         prompt, max_tokens=max_tokens, logprobs=k, extra={"stop": list(stop)} if stop else None
     )
     text = str(ch.get("text", ""))
-    lp = _lp_block(ch, ep, "generation")
-    toks = [str(t) for t in lp["tokens"]]
-    own = lp.get("token_logprobs") or []
-    tops = lp.get("top_logprobs") or []
-    if not (len(toks) == len(own) == len(tops)):
-        raise EndpointError("the generation's logprobs lists have different lengths", endpoint=ep)
+    lp = require_choice_logprobs(ch, endpoint=ep, what="generation")  # equal-length lists
     s = Scored(requests=1)
-    for t, (tok, v, top) in enumerate(zip(toks, own, tops, strict=True)):
+    for t, (tok, v, top) in enumerate(zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True)):
         s.pieces.append(tok)
         s.own.append(_finite(v, f"generated step {t}", ep))
         s.tops.append({str(a): _finite(b, f"generated step {t}", ep) for a, b in (top or {}).items()})
@@ -178,8 +162,8 @@ def lcp_force_positions(
             text, max_tokens=1, logprobs=k, extra={"logit_bias": {str(int(tid)): FORCE_BIAS}}
         )
         s.requests += 1
-        lp = _lp_block(ch, ep, f"{path} position {t}")
-        got = [str(x) for x in lp["tokens"]]
+        lp = require_choice_logprobs(ch, endpoint=ep, what=f"{path} position {t}")
+        got = lp.tokens
         n_p = (ch.get("usage") or {}).get("prompt_tokens")
         where = f"record {rid}: {path} answer position {t}"
         if isinstance(n_p, int) and n_p != n_prompt_tokens + t:
@@ -199,8 +183,8 @@ def lcp_force_positions(
                 "`logit_bias`, or the answer's tokens differ from the server's)",
                 endpoint=ep,
             )
-        own = (lp.get("token_logprobs") or [None])[0]
-        top = (lp.get("top_logprobs") or [None])[0] or {}
+        own = lp.token_logprobs[0]
+        top = lp.top_logprobs[0] or {}
         s.pieces.append(piece)
         s.own.append(_finite(own, where, ep))
         s.tops.append({str(a): _finite(b, where, ep) for a, b in top.items()})
@@ -237,7 +221,9 @@ def _probe_grammar(client: EndpointClient, tol: float) -> str | None:
         ref = client.completion(GRAMMAR_PROBE, max_tokens=1, logprobs=5)
         top = dict(
             sorted(
-                (((_lp_block(ref, ep, "probe")["top_logprobs"] or [{}])[0] or {}).items()),
+                (
+                    (require_choice_logprobs(ref, endpoint=ep, what="probe").top_logprobs or [{}])[0] or {}
+                ).items(),
                 key=lambda kv: -kv[1],
             )
         )
@@ -256,12 +242,12 @@ def _probe_grammar(client: EndpointClient, tol: float) -> str | None:
         ch = client.completion(
             GRAMMAR_PROBE, max_tokens=1, logprobs=5, extra={"grammar": id_grammar([target[1]])}
         )
-        lp = _lp_block(ch, ep, "grammar probe")
-        got = [str(x) for x in lp["tokens"]]
+        lp = require_choice_logprobs(ch, endpoint=ep, what="grammar probe")
+        got = lp.tokens
         if got[:1] != [target[0]]:
             return f"a grammar-forced token came back as {got[:1]!r}, not {target[0]!r} (grammar ignored?)"
-        own = float((lp.get("token_logprobs") or [0.0])[0])
-        g_top = (lp.get("top_logprobs") or [{}])[0] or {}
+        own = float(cast(float, (lp.token_logprobs or [0.0])[0]))
+        g_top = (lp.top_logprobs or [{}])[0] or {}
         if abs(own - top[target[0]]) > tol or own >= top[toks[0]]:
             return (
                 f"the forced token's reported log-prob {own:.3f} is not its unconstrained one "
@@ -306,10 +292,8 @@ def lcp_force_grammar(
         raise EndpointCapabilityError(f"grammar forcing is not sound on this server: {why}", endpoint=ep)
     ch = client.completion(prompt, max_tokens=len(ids), logprobs=k, extra={"grammar": id_grammar(ids)})
     where = f"record {rid}: {path} grammar-forced answer"
-    lp = _lp_block(ch, ep, where)
-    got = [str(x) for x in lp["tokens"]]
-    own = lp.get("token_logprobs") or []
-    tops = lp.get("top_logprobs") or []
+    lp = require_choice_logprobs(ch, endpoint=ep, what=where)  # equal-length lists
+    got, own, tops = lp.tokens, lp.token_logprobs, lp.top_logprobs
     usage = ch.get("usage") or {}
     n_p, n_c = usage.get("prompt_tokens"), usage.get("completion_tokens")
     if isinstance(n_p, int) and n_p != n_prompt_tokens:
@@ -317,7 +301,7 @@ def lcp_force_grammar(
             f"{where}: the prompt counts {n_p} tokens, not {n_prompt_tokens}; positions cannot be aligned",
             endpoint=ep,
         )
-    if len(got) != len(ids) or (isinstance(n_c, int) and n_c != len(ids)) or len(own) != len(got):
+    if len(got) != len(ids) or (isinstance(n_c, int) and n_c != len(ids)):
         raise TokenAlignmentError(
             f"{where}: {len(got)} tokens came back for the {len(ids)} forced ones (the forced tokens ended the "
             "generation?)",
@@ -376,8 +360,8 @@ def lcp_score_after(
     ep = client.endpoint
     bias = {str(int(i)): -FORCE_BIAS for i in ban_ids}
     ch = client.completion(prompt, max_tokens=1, logprobs=k, extra={"logit_bias": bias} if bias else None)
-    lp = _lp_block(ch, ep, where)
-    top = (lp.get("top_logprobs") or [None])[0] or {}
+    lp = require_choice_logprobs(ch, endpoint=ep, what=where)
+    top = (lp.top_logprobs or [None])[0] or {}
     return {str(a): _finite(b, where, ep) for a, b in top.items()}
 
 
