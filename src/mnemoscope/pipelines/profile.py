@@ -439,10 +439,10 @@ def load_profile(
     prof = _load_endpoint(path, header) if is_endpoint else _load_local(path, header)
     if model is not None and not is_endpoint:
         prof.check_model(model)
-    from mnemoscope.report.profile_card import read_validation
+    from mnemoscope.report.profile_card import NOT_MEASURED, read_validation
 
     prof.validation = read_validation(prof)
-    if isinstance(prof.validation, dict) and prof.validation.get("status") != "not measured":
+    if isinstance(prof.validation, dict) and prof.validation.get("status") != NOT_MEASURED:
         from mnemoscope.pipelines.validation import profile_status
 
         # the status under the current rule (what every audit it backs says), not the one recorded
