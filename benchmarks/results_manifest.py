@@ -180,6 +180,25 @@ _SHIFT = "shift/leaderboard.json"
 _SCAR = "scar/positive_control/summary.json"
 _RADAR = "radar/report.json"
 _FAM = "crm/families/membership-positive/report.json"
+# where a calibration card (benchmarks/results/calibration/<profile>/card.json) keeps the figures of
+# a README "own calibration" row, in the row's order
+_CARD_FIELDS = (
+    "validation.auc.estimate",
+    "validation.auc.ci[0]",
+    "validation.auc.ci[1]",
+    "validation.false_flag_rate",
+    "validation.memory_recall",
+    "validation.accuracy_3way",
+)
+
+
+def _card(profile: str, *shown: str) -> list[tuple[str, str, str]]:
+    """The registered numbers of one "own calibration" row: AUC, its CI, false-flag rate, memory
+    recall and three-way accuracy, as the README shows them, from ``profile``'s card."""
+    assert len(shown) == len(_CARD_FIELDS), shown
+    return [(v, f"calibration/{profile}/card.json", f) for v, f in zip(shown, _CARD_FIELDS, strict=True)]
+
+
 README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
     "RePCS (KL with vs without the context)": [
         ("247", _REL, "[method=repcs].n"),
@@ -205,62 +224,19 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.929", _VER, "B_held_out.auc.p_memory.ci[0]"),
         ("0.991", _VER, "B_held_out.auc.p_memory.ci[1]"),
     ],
-    "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": [
-        ("0.953", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.estimate"),
-        ("0.927", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.ci[0]"),
-        ("0.973", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.auc.ci[1]"),
-        ("0.053", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.false_flag_rate"),
-        ("0.79", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.memory_recall"),
-        ("0.79", "calibration/smollm2-135m-instruct-pc300/card.json", "validation.accuracy_3way"),
-    ],
-    "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 100`)": [
-        ("0.988", "calibration/gemma-3-270m-pc100/card.json", "validation.auc.estimate"),
-        ("0.968", "calibration/gemma-3-270m-pc100/card.json", "validation.auc.ci[0]"),
-        ("1.000", "calibration/gemma-3-270m-pc100/card.json", "validation.auc.ci[1]"),
-        ("0.062", "calibration/gemma-3-270m-pc100/card.json", "validation.false_flag_rate"),
-        ("0.97", "calibration/gemma-3-270m-pc100/card.json", "validation.memory_recall"),
-        ("0.88", "calibration/gemma-3-270m-pc100/card.json", "validation.accuracy_3way"),
-    ],
-    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 100`)": [
-        ("0.943", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.auc.estimate"),
-        ("0.897", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.auc.ci[0]"),
-        ("0.980", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.auc.ci[1]"),
-        ("0.000", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.false_flag_rate"),
-        ("0.56", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.memory_recall"),
-        ("0.74", "calibration/qwen2.5-coder-0.5b-instruct-pc100/card.json", "validation.accuracy_3way"),
-    ],
-    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, `--per-class 300`)": [
-        (
-            "0.953",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.auc.estimate",
-        ),
-        (
-            "0.930",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.auc.ci[0]",
-        ),
-        (
-            "0.973",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.auc.ci[1]",
-        ),
-        (
-            "0.044",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.false_flag_rate",
-        ),
-        (
-            "0.72",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.memory_recall",
-        ),
-        (
-            "0.78",
-            "calibration/qwen2.5-coder-0.5b-instruct-llama-server-pc300/card.json",
-            "validation.accuracy_3way",
-        ),
-    ],
+    "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
+        "smollm2-135m-instruct-pc300", "0.953", "0.927", "0.973", "0.053", "0.79", "0.79"
+    ),
+    "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 100`)": _card(
+        "gemma-3-270m-pc100", "0.988", "0.968", "1.000", "0.062", "0.97", "0.88"
+    ),
+    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 100`)": _card(
+        "qwen2.5-coder-0.5b-instruct-pc100", "0.943", "0.897", "0.980", "0.000", "0.56", "0.74"
+    ),
+    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, "
+    "`--per-class 300`)": _card(
+        "qwen2.5-coder-0.5b-instruct-llama-server-pc300", "0.953", "0.930", "0.973", "0.044", "0.72", "0.78"
+    ),
     "likelihood attacks (loss, zlib, Min-K%(++), ref)": [
         ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),
         ("0.461", _MEM, "[method=loss,sibling=membership-weak].roc_auc"),
