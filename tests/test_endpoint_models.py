@@ -46,12 +46,24 @@ def _cached(name: str) -> Path | None:
     return _fetch_models().cached_path(name)
 
 
-def _need(name: str) -> Path:
+#: the two llama.cpp servers each model is audited over, and the scoring path each one takes
+SERVERS = {
+    "llama-cpp-python": "answer-positions-logit-bias-topk+llama-cpp-python",
+    "llama-server": "native-grammar-forced-topk+llama.cpp",
+}
+
+
+def _need(name: str, server: str) -> Path:
     import os
 
     if os.environ.get("MNEMOSCOPE_TEST_EXTRA_MODELS") != "1":
         pytest.skip("extra-model endpoint tests are opt-in: MNEMOSCOPE_TEST_EXTRA_MODELS=1")
-    if importlib.util.find_spec("llama_cpp") is None:
+    if server == "llama-server":
+        from llama_servers import native_server_binary
+
+        if native_server_binary() is None:
+            pytest.skip("no llama-server binary (scripts/ci_services.sh builds it; MNEMOSCOPE_LLAMA_SERVER)")
+    elif importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python not installed (scripts/ci_services.sh)")
     p = _cached(name)
     if p is None:
@@ -64,7 +76,7 @@ def _items(n: int) -> list[dict]:
     return [it for it in items if it["label"] == 1][:n] + [it for it in items if it["label"] == 0][:n]
 
 
-def _audit_two(gguf: Path, alias: str, template, T: int = 16, native: bool = False):
+def _audit_two(gguf: Path, alias: str, template, server: str, T: int = 16):
     from llama_servers import LlamaCppServer, LlamaServerNative
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.trace.endpoint import EndpointPairConfig, trace_endpoint_pair
@@ -74,10 +86,10 @@ def _audit_two(gguf: Path, alias: str, template, T: int = 16, native: bool = Fal
         builder=PromptBuilder(template="A", chat=True), template=template, max_new_tokens=T
     )
     out = []
-    server_cls = LlamaServerNative if native else LlamaCppServer
+    server_cls = LlamaServerNative if server == "llama-server" else LlamaCppServer
     with (
-        server_cls(gguf, alias=alias, n_threads=2, n_ctx=2048) as server,
-        EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=600)) as c,
+        server_cls(gguf, alias=alias, n_threads=2, n_ctx=2048) as running,
+        EndpointClient(EndpointConfig(running.base_url, concurrency=1, timeout=600)) as c,
     ):
         for it in _items(1):
             out.append(trace_endpoint_pair(c, it["id"], it["context"], it["query"], cfg))
@@ -85,14 +97,8 @@ def _audit_two(gguf: Path, alias: str, template, T: int = 16, native: bool = Fal
     return out, method
 
 
-def _check(
-    traces,
-    method: str,
-    ends: tuple[str, ...],
-    T: int = 16,
-    expect: str = "answer-positions-logit-bias-topk+llama-cpp-python",
-) -> None:
-    assert method == expect
+def _check(traces, method: str, ends: tuple[str, ...], server: str, T: int = 16) -> None:
+    assert method == SERVERS[server]
     for tr, pieces in traces:
         assert tr.n_steps >= 1 and tr.n_steps <= T + 1
         for e in ends:  # an end-of-generation text never belongs to the answer
@@ -104,63 +110,26 @@ def _check(
 
 
 @pytest.mark.real_model
-def test_qwen_over_llama_cpp_server():
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_qwen_over_llama_cpp(server):
     from mnemoscope.trace.endpoint import load_chat_template
 
-    gguf = _need("qwen2.5-coder-0.5b")
+    gguf = _need("qwen2.5-coder-0.5b", server)
     tpl = load_chat_template(str(gguf))
     assert tpl.end_texts == ("<|im_end|>",)
-    traces, method = _audit_two(gguf, "qwen", tpl)
-    _check(traces, method, tpl.end_texts)
+    traces, method = _audit_two(gguf, "qwen", tpl, server)
+    _check(traces, method, tpl.end_texts, server)
 
 
 @pytest.mark.real_model
-def test_gemma_over_llama_cpp_server(tmp_path):
+@pytest.mark.parametrize("server", list(SERVERS))
+def test_gemma_over_llama_cpp(server, tmp_path):
     from mnemoscope.trace.endpoint import load_chat_template
 
-    gguf = _need("gemma-3-270m")
+    gguf = _need("gemma-3-270m", server)
     jinja = tmp_path / "gemma.jinja"
     jinja.write_text(GEMMA_TEMPLATE)
     tpl = load_chat_template(str(jinja), eos_text="<eos>")
     assert tpl.end_texts == ("<end_of_turn>", "<eos>")
-    traces, method = _audit_two(gguf, "gemma", tpl)
-    _check(traces, method, tpl.end_texts)
-
-
-def _need_native(name: str) -> Path:
-    import os
-
-    from llama_servers import native_server_binary
-
-    if os.environ.get("MNEMOSCOPE_TEST_EXTRA_MODELS") != "1":
-        pytest.skip("extra-model endpoint tests are opt-in: MNEMOSCOPE_TEST_EXTRA_MODELS=1")
-    if native_server_binary() is None:
-        pytest.skip("no llama-server binary (scripts/ci_services.sh builds it; MNEMOSCOPE_LLAMA_SERVER)")
-    p = _cached(name)
-    if p is None:
-        pytest.skip(f"{name} not cached: python scripts/fetch_models.py")
-    return p
-
-
-@pytest.mark.real_model
-def test_qwen_over_llama_server():
-    """The same over llama.cpp's C++ llama-server (the native path: ids in and out, top-k in C++),
-    the path the Qwen endpoint profile in docs/endpoint.md was calibrated on."""
-    from mnemoscope.trace.endpoint import load_chat_template
-
-    gguf = _need_native("qwen2.5-coder-0.5b")
-    tpl = load_chat_template(str(gguf))
-    traces, method = _audit_two(gguf, "qwen", tpl, native=True)
-    _check(traces, method, tpl.end_texts, expect="native-grammar-forced-topk+llama.cpp")
-
-
-@pytest.mark.real_model
-def test_gemma_over_llama_server(tmp_path):
-    from mnemoscope.trace.endpoint import load_chat_template
-
-    gguf = _need_native("gemma-3-270m")
-    jinja = tmp_path / "gemma.jinja"
-    jinja.write_text(GEMMA_TEMPLATE)
-    tpl = load_chat_template(str(jinja), eos_text="<eos>")
-    traces, method = _audit_two(gguf, "gemma", tpl, native=True)
-    _check(traces, method, tpl.end_texts, expect="native-grammar-forced-topk+llama.cpp")
+    traces, method = _audit_two(gguf, "gemma", tpl, server)
+    _check(traces, method, tpl.end_texts, server)
