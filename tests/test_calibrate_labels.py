@@ -354,3 +354,44 @@ def test_a_profile_whose_held_out_false_flags_exceed_alpha_is_marked() -> None:
     assert any("false-flag rate 0.104 [0.059, 0.166] is above alpha 0.05" in r for r in bad["reasons"])
     good = profile_status(SimpleNamespace(verdict=verdict, validation=card(7, 0.020, 0.097)))
     assert good["ok"] and good["status"] == "validated"
+
+
+def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Path) -> None:
+    """Opted in, CRM's classifier is a verdict signal whose conformal scores are the audits' own:
+    the threshold is the conformal quantile of ``p_memory`` that ``Auditor.score`` gives the
+    recorded conformal answers, and the CRM the audits use never fitted on them."""
+    from helpers import tiny_lm
+    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.pipelines.crm.extract import load_folder
+    from mnemoscope.stats.conformal import conformal_upper
+    from server_helpers import tiny_records
+
+    lm = tiny_lm(layers=3)
+    out = tmp_path / "p"
+    cfg = CalibrationConfig(
+        max_new_tokens=4,
+        chat=False,
+        held_out_fraction=0,
+        verdict_alpha=0.2,
+        verdict_candidates=("crm_probability",),
+    )
+    calibrate_profile(lm, tiny_records(48), out, cfg, progress=False)
+    prof = load_profile(out, model=lm.info)
+    v = prof.verdict
+    assert v is not None and v.selected_ == ("crm_probability",) and v.certified_
+    ids = set(v.conformal_ids_)
+    assert len(ids) == v.n_conformal_ == 12  # half the 24 clean answers
+    # one held-out clean set for both thresholds: the anomaly rule's is the verdict's
+    assert prof.anomaly.n_threshold == len(ids)
+    pairs = [t for t in load_folder(out / "traces", keep_without=False).pairs if t.id in ids]
+    assert {t.id for t in pairs} == ids and all(t.id in {f"r{i}" for i in range(0, 48, 2)} for t in pairs)
+    auditor = Auditor(lm, prof, batch_size=1)
+    p = [auditor.score(t).p_memory for t in pairs]
+    assert v.threshold_ == pytest.approx(conformal_upper(p, 0.2), abs=1e-9)
+
+
+def test_the_default_verdict_uses_black_box_signals_only() -> None:
+    from mnemoscope.pipelines.profile import BLACK_BOX_SIGNALS
+
+    assert CalibrationConfig().verdict_candidates == BLACK_BOX_SIGNALS
+    assert "crm_probability" not in BLACK_BOX_SIGNALS

@@ -332,3 +332,21 @@ def test_committed_held_out_figures_come_from_the_committed_audits() -> None:
     committed = json.loads((results / "eval.json").read_text())["B_held_out"]
     got.pop("seconds"), committed.pop("seconds")
     assert got == committed
+
+
+def test_verdict_certifies_on_the_conformal_set_it_is_given_and_refuses_a_memory_row() -> None:
+    X, y = _data(300, seed=5)
+    m = VerdictModel(alpha=0.1, seed=5)
+    conf = m.conformal_split(y)
+    assert (y[conf] == 0).all() and len(conf) == round(0.5 * (y == 0).sum())
+    # the default draw is the one conformal_split names
+    np.testing.assert_array_equal(VerdictModel(alpha=0.1, seed=5).fit(X, y).conformal_index_, conf)
+    # an explicit set: the threshold is the conformal quantile of exactly those rows' p_memory
+    mine = np.flatnonzero(y == 0)[:60]
+    m.fit(X, y, conformal=mine)
+    assert m.n_conformal_ == 60 and m.n_fit_ == len(y) - 60
+    assert m.threshold_ == conformal_upper(m.predict_proba({k: v[mine] for k, v in X.items()}), 0.1)
+    with pytest.raises(InputError, match="clean"):
+        m.fit(X, y, conformal=[int(np.flatnonzero(y == 1)[0])])
+    with pytest.raises(InputError, match="clean"):
+        m.fit(X, y, conformal=[len(y)])

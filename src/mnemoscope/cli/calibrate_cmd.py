@@ -109,12 +109,37 @@ def register(sub: Any) -> None:
         "--threshold-fraction", type=float, default=0.5, help="clean records held out for the threshold"
     )
     c.add_argument("--repcs-alpha", type=float, default=0.05, help="RePCS target false-positive rate")
+    c.add_argument(
+        "--verdict-signals",
+        default=None,
+        metavar="LIST",
+        help="comma-separated signals the verdict may combine (default: the black-box three, repcs_z,"
+        "closed_book_logprob,context_token_fraction; add "
+        "crm_probability for CRM's classifier, lts_score for its anomaly score: docs/calibrate.md)",
+    )
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--on-error", choices=["skip", "raise"], default="skip")
     c.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
     c.add_argument("--json", action="store_true", help="print the validation card as JSON")
     add_endpoint_args(c, prompts=True)
     c.set_defaults(func=run)
+
+
+def verdict_signals(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--verdict-signals`` as a tuple, each name checked against the known signals."""
+    from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES, SIGNALS
+    from mnemoscope.errors import InputError
+
+    if getattr(args, "verdict_signals", None) is None:
+        return DEFAULT_CANDIDATES
+    names = tuple(dict.fromkeys(s.strip() for s in str(args.verdict_signals).split(",") if s.strip()))
+    bad = [s for s in names if s not in SIGNALS]
+    if bad or not names:
+        raise InputError(
+            f"--verdict-signals: unknown signal(s) {bad or '(none given)'}; known: {', '.join(SIGNALS)}",
+            field="verdict_signals",
+        )
+    return names
 
 
 def shipped_records() -> str:
@@ -206,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
         threshold_fraction=args.threshold_fraction,
         repcs_alpha=args.repcs_alpha,
         seed=args.seed,
+        verdict_candidates=verdict_signals(args),
         labels=args.labels,
         held_out_fraction=args.held_out_fraction,
         min_per_class=args.min_per_class,

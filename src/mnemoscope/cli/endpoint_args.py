@@ -209,6 +209,7 @@ def _stops(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
+    from mnemoscope.cli.calibrate_cmd import verdict_signals
     from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
     cfg = EndpointCalibrationConfig(
@@ -226,6 +227,7 @@ def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: lis
         per_class=getattr(args, "per_class", None),
         stop=_stops(args),
         max_traced=args.max_records if getattr(args, "per_class", None) is not None else None,
+        verdict_candidates=verdict_signals(args),
     )
     with client_from_args(args) as client:
         prof = calibrate_endpoint_profile(

@@ -119,6 +119,10 @@ class VerdictModel(BaseEstimator):
         ('repcs_z', True)
     """
 
+    #: ids of the answers that certified the threshold (set by the caller that knows the ids;
+    #: recorded in the profile so the certification can be re-checked)
+    conformal_ids_: tuple[str, ...] = ()
+
     def __init__(
         self,
         *,
@@ -154,20 +158,49 @@ class VerdictModel(BaseEstimator):
             oof[te] = lr.decision_function((X[te] - mu) / sd)
         return float(roc_auc(oof, y) or 0.5)
 
-    def fit(self, signals: Mapping[str, Sequence[float] | np.ndarray], y: Any) -> VerdictModel:
+    def conformal_split(self, y: Any) -> np.ndarray:
+        """The indices of the conformal set :meth:`fit` holds out by default: a seeded share
+        (``conformal_fraction``) of the clean (label 0) records, leaving at least 2 to fit on.
+
+        A caller that fits a signal itself (CRM's classifier) draws the split first, fits that
+        signal without these records and passes the split to :meth:`fit` (``conformal=``).
+        """
+        if not 0 < self.conformal_fraction < 1:
+            raise InputError("conformal_fraction must be in (0, 1)", field="conformal_fraction")
+        y = np.asarray(y).astype(int).ravel()
+        rng = np.random.default_rng(self.seed)
+        clean = np.flatnonzero(y == 0)
+        n_conf = min(round(self.conformal_fraction * len(clean)), len(clean) - 2)
+        return np.sort(rng.permutation(clean)[: max(n_conf, 0)])
+
+    def fit(
+        self,
+        signals: Mapping[str, Sequence[float] | np.ndarray],
+        y: Any,
+        *,
+        conformal: Sequence[int] | np.ndarray | None = None,
+    ) -> VerdictModel:
+        """Select, combine and threshold (module doc).
+
+        ``conformal``: the indices of the clean records that set the threshold (never fitted
+        on); default :meth:`conformal_split`. For the guarantee, their signal values must be
+        what an audit would compute for them, from functions that never saw them.
+        """
         unknown = [c for c in self.candidates if c not in ORIENTATION]
         if unknown:
             raise InputError(
                 f"unknown verdict signal(s) {unknown}; known: {list(SIGNALS)}", field="candidates"
             )
-        if not 0 < self.conformal_fraction < 1:
-            raise InputError("conformal_fraction must be in (0, 1)", field="conformal_fraction")
         X_all = signal_matrix(signals, self.candidates)
         y = _check_labels(y, len(X_all))
-        rng = np.random.default_rng(self.seed)
-        clean = np.flatnonzero(y == 0)
-        n_conf = min(round(self.conformal_fraction * len(clean)), len(clean) - 2)
-        conf = np.sort(rng.permutation(clean)[: max(n_conf, 0)])
+        if conformal is None:
+            conf = self.conformal_split(y)
+        else:
+            conf = np.unique(np.asarray(conformal, dtype=int).ravel())
+            if len(conf) and (conf.min() < 0 or conf.max() >= len(y) or (y[conf] != 0).any()):
+                raise InputError(
+                    "the conformal set must be indices of clean (label 0) records", field="conformal"
+                )
         fit_mask = np.ones(len(y), bool)
         fit_mask[conf] = False
         Xf, yf = X_all[fit_mask], y[fit_mask]
@@ -203,6 +236,7 @@ class VerdictModel(BaseEstimator):
         self.intercept_ = float(lr.intercept_[0])
         self.n_fit_ = len(yf)
         self.n_conformal_ = len(conf)
+        self.conformal_index_ = conf
         self.min_n_ = min_n_for_alpha(self.alpha)
         if len(conf):
             p_conf = self._proba(X_all[conf][:, selected])
@@ -247,6 +281,7 @@ class VerdictModel(BaseEstimator):
             "n_fit": self.n_fit_,
             "n_conformal": self.n_conformal_,
             "min_n_for_alpha": self.min_n_,
+            **({"conformal_ids": list(self.conformal_ids_)} if self.conformal_ids_ else {}),
         }
 
     @classmethod
@@ -267,6 +302,8 @@ class VerdictModel(BaseEstimator):
             m.n_fit_ = int(d["n_fit"])
             m.n_conformal_ = int(d["n_conformal"])
             m.min_n_ = int(d.get("min_n_for_alpha", min_n_for_alpha(m.alpha)))
+            if d.get("conformal_ids") is not None:
+                m.conformal_ids_ = tuple(str(i) for i in d["conformal_ids"])
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"verdict model record is malformed ({e})", field="verdict") from e
         if len(m.coef_) != len(m.selected_) or any(s not in ORIENTATION for s in m.selected_):

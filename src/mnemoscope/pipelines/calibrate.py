@@ -343,14 +343,24 @@ def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Pat
             f"a {kind} classifier needs records of both labels (0 = clean, 1 = from memory)", field="label"
         )
 
+    # With CRM's classifier as a verdict signal, the verdict's conformal set is drawn first and
+    # the CRM the audits use is fitted without it: its probability on those records is then
+    # what a new request gets, so the conformal threshold holds for audits (an out-of-fold
+    # probability from other CRMs is a different score function; docs/calibrate.md).
+    crm_signal = "crm_probability" in c.verdict_candidates and kind != "none" and labels is not None
+    conf_records = _verdict_conformal_records(pairs, labels, c) if crm_signal else None
     # held-out clean records set the anomaly threshold; the rest fit directions and mu/sigma
     rng = np.random.default_rng(c.seed)
     clean_idx = np.flatnonzero(clean)
     n_hold = round(c.threshold_fraction * n_clean) if c.rule == "calibrated" else 0
     n_hold = min(n_hold, n_clean - 2)
     hold = np.sort(rng.permutation(clean_idx)[:n_hold]) if n_hold > 0 else np.array([], int)
+    if conf_records is not None and c.rule == "calibrated":
+        hold = conf_records  # one held-out clean set for both thresholds: the CRM sees neither
     fit_mask = np.ones(n, bool)
     fit_mask[hold] = False
+    if conf_records is not None:
+        fit_mask[conf_records] = False
     if kind != "none" and len(np.unique(np.asarray(data.labels)[fit_mask])) < 2:
         raise InputError("after holding out clean records for the threshold only one label is left")
     crm = fit_crm(
@@ -383,10 +393,16 @@ def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Pat
     repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
     repcs.fit(pairs, None if labels is None else labels)
     rec = repcs.calibration_record()
-    crm_oof = None
-    if "crm_probability" in c.verdict_candidates and kind != "none":
-        crm_oof = oof_crm_probability(folder, kind, c)
-    margin, verdict = fit_verdict(lm, pairs, labels, repcs, c, crm_oof)
+    crm_prob = None
+    if conf_records is not None:
+        # the verdict fits on out-of-fold probabilities of the records outside its conformal set
+        # (CRMs that never see the conformal set) and certifies on the audits' own CRM
+        crm_prob = np.zeros(n)
+        rest = np.setdiff1d(np.arange(n), conf_records)
+        crm_prob[rest] = oof_crm_probability(replace(folder, data=data.subset(rest)), kind, c)
+        if len(conf_records):
+            crm_prob[conf_records] = crm.predict_proba(data.subset(conf_records))
+    margin, verdict = fit_verdict(lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records)
 
     return {
         "format": PROFILE_FORMAT,
@@ -429,6 +445,30 @@ def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Pat
             "n_fit_memory": None if labels is None else int((labels == 1).sum()),
         },
     }
+
+
+def _verdict_model(c: CalibrationConfig, candidates: Sequence[str] | None = None) -> VerdictModel:
+    return VerdictModel(
+        candidates=tuple(c.verdict_candidates if candidates is None else candidates),
+        alpha=c.verdict_alpha,
+        conformal_fraction=c.conformal_fraction,
+        seed=c.seed,
+    )
+
+
+def _verdict_rows(pairs: Sequence[Any]) -> list[int]:
+    """The records the verdict fits on: those whose two prompts differ (an empty context has no
+    context-augmented path to compare)."""
+    return [i for i, t in enumerate(pairs) if not t.identical_prompts]
+
+
+def _verdict_conformal_records(pairs: Sequence[Any], labels: np.ndarray, c: CalibrationConfig) -> np.ndarray:
+    """The record indices of the verdict's conformal set (:meth:`VerdictModel.conformal_split`
+    over :func:`_verdict_rows`)."""
+    keep = np.asarray(_verdict_rows(pairs), dtype=int)
+    if not len(keep):
+        return keep
+    return keep[_verdict_model(c).conformal_split(np.asarray(labels)[keep])]
 
 
 def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: int = 5) -> np.ndarray:
@@ -489,9 +529,13 @@ def fit_verdict(
     c: CalibrationConfig,
     crm_oof: np.ndarray | None = None,
     pieces: Sequence[Sequence[str]] | None = None,
+    conformal_records: np.ndarray | None = None,
 ) -> tuple[float, VerdictModel | None]:
     """The token margin (from memorized answers) and the verdict model (needs both labels).
 
+    ``crm_oof``: CRM's classifier probability per record (``crm_probability``), measured by
+    CRMs that never saw the record. ``conformal_records``: the record indices of the verdict's
+    conformal set, when the caller drew it (default: the verdict's own seeded draw).
     ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the endpoint
     backend passes the server's, with ``lm=None``).
     """
@@ -500,7 +544,7 @@ def fit_verdict(
     margin = token_margin(pairs, pieces, labels, c.token_margin_quantile)
     if labels is None or len(np.unique(labels)) < 2:
         return margin, None
-    keep = [i for i, t in enumerate(pairs) if not t.identical_prompts]
+    keep = _verdict_rows(pairs)
     rows = [trace_signals(pairs[i], pieces[i], margin=margin, repcs=repcs)[0] for i in keep]
     if crm_oof is not None:
         for r, i in zip(rows, keep, strict=True):
@@ -513,10 +557,11 @@ def fit_verdict(
             list(cands),
         )
     signals = {k: np.array([r[k] for r in rows]) for k in cands}
-    verdict = VerdictModel(
-        candidates=cands,
-        alpha=c.verdict_alpha,
-        conformal_fraction=c.conformal_fraction,
-        seed=c.seed,
-    ).fit(signals, np.asarray(labels)[keep])
+    conformal = None
+    if conformal_records is not None:
+        pos = {i: j for j, i in enumerate(keep)}
+        conformal = np.array([pos[int(i)] for i in conformal_records], dtype=int)
+    verdict = _verdict_model(c, cands).fit(signals, np.asarray(labels)[keep], conformal=conformal)
+    # which answers certified the threshold (recorded in the profile: a user can re-check it)
+    verdict.conformal_ids_ = tuple(str(pairs[keep[j]].id) for j in verdict.conformal_index_)
     return margin, verdict

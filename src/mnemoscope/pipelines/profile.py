@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mnemoscope.detectors.crm_artifact import FittedCRM, load_crm
-from mnemoscope.detectors.verdict import SIGNALS, VerdictModel
+from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES, SIGNALS, VerdictModel
 from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.io import canonical_json
 from mnemoscope.models.endpoint import EndpointFingerprint
@@ -76,7 +76,7 @@ __all__ = [
 PROFILE_FORMAT = "mnemoscope-audit-profile/1"
 ENDPOINT_PROFILE_FORMAT = "mnemoscope-endpoint-profile/1"
 #: the signals measurable over an endpoint (no hidden states over HTTP)
-BLACK_BOX_SIGNALS: tuple[str, ...] = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+BLACK_BOX_SIGNALS: tuple[str, ...] = DEFAULT_CANDIDATES  # the verdict's default signals need no hidden states
 log = logging.getLogger(__name__)
 
 
@@ -102,7 +102,11 @@ class CalibrationConfig:
         repcs_alpha: RePCS's target false-positive rate on clean queries.
         verdict_alpha: the verdict's guaranteed false-flag rate on context-needed answers.
         verdict_candidates: signals the verdict model may combine (it keeps what adds on
-            held-out folds; :mod:`mnemoscope.detectors.verdict`).
+            held-out folds; :mod:`mnemoscope.detectors.verdict`). Default: the three black-box
+            signals. ``"crm_probability"`` (CRM's classifier, the paper's detector) may be added;
+            it reads the text's surface more than membership, and measured on Gemma-3-270m and
+            Qwen2.5-Coder-0.5B it let knowledge-conflict answers that followed the context be
+            flagged as memory (docs/calibrate.md#which-signals).
         conformal_fraction: share of the clean records held out for the verdict's threshold.
         token_margin_quantile: the token-attribution margin is this quantile of content-word
             PMI on the memorized calibration answers (:func:`~mnemoscope.features.attribution.calibrate_margin`).
@@ -138,12 +142,7 @@ class CalibrationConfig:
     threshold_fraction: float = 0.5
     repcs_alpha: float = 0.05
     verdict_alpha: float = 0.05
-    verdict_candidates: tuple[str, ...] = (
-        "repcs_z",
-        "closed_book_logprob",
-        "context_token_fraction",
-        "crm_probability",
-    )
+    verdict_candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     conformal_fraction: float = 0.5
     token_margin_quantile: float = 0.9
     seed: int = 42
