@@ -146,6 +146,9 @@ def test_card_numbers_equal_a_recomputation_from_the_stored_held_out_rows(tiny_p
     assert card["false_flag_rate"] == pytest.approx(flag[y == 0].mean())
     assert card["false_flag_ci"] == pytest.approx(list(binomial_ci(card["false_flags"], n_ctx)))
     assert card["memory_recall"] == pytest.approx(flag[y == 1].mean())
+    by_kind = card["false_flags_by_kind"]
+    assert sum(d["flagged"] for d in by_kind.values()) == card["false_flags"]
+    assert sum(d["n"] for d in by_kind.values()) == n_ctx
     assert (card["held_out"]["n_memory"], card["held_out"]["n_context"]) == (n_mem, n_ctx)
     # the three-way matrix: the source decision re-run on the stored tokens gives what the audit said
     truth = ["memory" if v == 1 else "context" for v in y]

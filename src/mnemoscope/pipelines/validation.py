@@ -199,7 +199,8 @@ def validation_from_rows(
     * ``auc``: ROC-AUC of p_memory, verified memory (1) vs context (0), with a 95 %
       stratified-bootstrap CI (:func:`mnemoscope.stats.auc_ci`);
     * ``false_flag_rate``: context answers whose memory flag fired, with its Clopper-Pearson CI,
-      next to ``alpha``; ``memory_recall``: memory answers flagged;
+      next to ``alpha``; ``false_flags_by_kind``: the same per item kind (the guarantee is
+      marginal over the calibration's mix of kinds); ``memory_recall``: memory answers flagged;
     * ``confusion``: truth -> three-way source -> count (the source re-decided now), overall and
       per item kind; ``accuracy_3way``: the share whose source equals the truth.
     """
@@ -237,6 +238,20 @@ def validation_from_rows(
     n_clear = sum(c is True for c in clear)
     right_clear = sum(c is True and s == r["truth"] for c, s, r in zip(clear, src, rows, strict=True))
     lo, hi = binomial_ci(ff, n_ctx)
+    # the guarantee is marginal over the calibration's mix of context-needed answers: per kind
+    # (invented facts, followed knowledge conflicts) the rates can differ, and an app whose
+    # context-needed answers are mostly of one kind sees that kind's rate
+    ff_kind: dict[str, dict[str, Any]] = {}
+    for kind in sorted({str(r.get("kind")) for r in rows}):
+        m = np.array([str(r.get("kind")) == kind and r["truth"] == "context" for r in rows], bool)
+        if m.any():
+            k_lo, k_hi = binomial_ci(int(flag[m].sum()), int(m.sum()))
+            ff_kind[kind] = {
+                "flagged": int(flag[m].sum()),
+                "n": int(m.sum()),
+                "rate": float(flag[m].mean()),
+                "ci": [k_lo, k_hi],
+            }
     return {
         "held_out": {
             "n": len(rows),
@@ -250,6 +265,7 @@ def validation_from_rows(
         "false_flags": ff,
         "false_flag_ci": [lo, hi],
         "false_flag_within_alpha": None if lo is None else bool(lo <= alpha),
+        "false_flags_by_kind": ff_kind,
         "memory_recall": caught / n_mem if n_mem else None,
         "memory_caught": caught,
         "accuracy_3way": right / len(rows) if rows else None,

@@ -170,6 +170,7 @@ def _validation(v: Mapping[str, Any] | None) -> dict[str, Any]:
         "labels": dict(v.get("labels") or {}),
         "split": {k: x for k, x in dict(v.get("split") or {}).items() if k != "held_out_ids"},
         "confusion_by_kind": dict(v.get("confusion_by_kind") or {}),
+        "false_flags_by_kind": dict(v.get("false_flags_by_kind") or {}),
         "profile_status": dict(v.get("profile_status") or {}),
         "provenance": dict(v.get("provenance") or {}),
     }
@@ -308,6 +309,17 @@ def render_text(card: Mapping[str, Any]) -> str:
         f"  AUC                 {auc_s}",
         f"  false-flag rate     {_f(val['false_flag_rate'])}{ci_s} ({_f(val['false_flags'])} of "
         f"{_f(val['n_context'])} context-needed answers flagged as memory) vs alpha {_f(val['alpha'], 2)}",
+        *(
+            [
+                "    by kind           "
+                + ", ".join(
+                    f"{k} {d['flagged']}/{d['n']}" + (f" ({_f(d['rate'])})" if d["flagged"] else "")
+                    for k, d in by_kind.items()
+                )
+            ]
+            if len(by_kind := val.get("false_flags_by_kind") or {}) > 1
+            else []
+        ),
         f"  memory recall       {_f(val['memory_recall'])} (memory answers flagged) at alpha {_f(val['alpha'], 2)}",
         f"  3-way accuracy      {_f(val['accuracy_3way'])}"
         + (
