@@ -398,3 +398,21 @@ def test_the_default_verdict_uses_black_box_signals_only() -> None:
 
     assert CalibrationConfig().verdict_candidates == BLACK_BOX_SIGNALS
     assert "crm_probability" not in BLACK_BOX_SIGNALS
+
+
+def test_a_resumed_calibration_says_how_many_traces_it_reused(tmp_path: Path) -> None:
+    from helpers import tiny_lm
+    from mnemoscope.report.profile_card import profile_card, render_text
+    from server_helpers import tiny_records
+
+    lm = tiny_lm(layers=2)
+    out = tmp_path / "p"
+    cfg = CalibrationConfig(max_new_tokens=4, chat=False)
+    first = calibrate_profile(lm, tiny_records(36), out, cfg, progress=False)
+    assert first.header["data"]["n_traces_reused"] == 0
+    assert "resumed:" not in render_text(profile_card(first, first.validation))
+    again = calibrate_profile(lm, tiny_records(40), out, cfg, progress=False)
+    d = again.header["data"]
+    assert (d["n_traced"], d["n_traces_reused"]) == (40, 36)
+    assert again.validation is not None and again.validation["data"]["n_traces_reused"] == 36
+    assert "resumed: 36 of 40 records' traces" in render_text(profile_card(again, again.validation))

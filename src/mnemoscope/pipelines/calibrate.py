@@ -140,6 +140,10 @@ def calibrate_profile(
     stops = tuple(c.stop) if c.stop is not None else default_stops(bool(ex_cfg.chat))
     if stops and "stop" in {f.name for f in fields(ex_cfg)}:
         ex_cfg = replace(ex_cfg, stop=stops)  # type: ignore[call-arg,unused-ignore]
+    from mnemoscope.trace.store import stored_ids
+
+    # traces a resumed run reuses (their tracing time is not in this run's wall time)
+    before = set() if overwrite else stored_ids(tdir / "pairs")
     draw, pool = None, records
     if c.per_class is not None:
         from mnemoscope.trace.store import load_traces
@@ -199,6 +203,7 @@ def calibrate_profile(
             "sha256": data_hash(pool),
             "n_records": len(pool) + len(input_errors),
             "n_traced": len(idx),
+            "n_traces_reused": sum(folder.pairs[i].id in before for i in idx),
             "n_verified": len(keep),
             "n_clean": len(keep) if not has_labels else sum(v == 0 for v in labels_all),
             "n_memory": None if not has_labels else sum(v == 1 for v in labels_all),

@@ -321,12 +321,15 @@ def calibrate_endpoint_profile(
     from mnemoscope.pipelines.profile import chat_template_sha256
     from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
     from mnemoscope.trace.endpoint import load_chat_template
+    from mnemoscope.trace.store import stored_ids
     from mnemoscope.trace.templates import default_stops
 
     t0 = time.perf_counter()
     c = config or EndpointCalibrationConfig()
     if c.labels == "verify":
         check_verifiable(records)
+    # traces a resumed run reuses (their tracing time is not in this run's wall time)
+    before = set() if overwrite else stored_ids(Path(out) / "traces")
     caps = client.require_teacher_forcing()
     client.require_top_k(c.top_k)
     tpl = load_chat_template(c.chat_template, eos_text=c.eos_text)
@@ -449,6 +452,7 @@ def calibrate_endpoint_profile(
             "sha256": data_hash(pool),
             "n_records": len(pool) + len(input_errors),
             "n_traced": len(traced.traces),
+            "n_traces_reused": sum(t.id in before for t in traced.traces),
             "n_verified": len(pairs_v),
             "n_fit": n,
             "n_fit_clean": int(clean.sum()),

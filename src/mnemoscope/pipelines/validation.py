@@ -408,7 +408,10 @@ def write_validation(
         "format": VALIDATION_FORMAT,
         "profile_hash": profile.content_hash,
         "model": {k: (header.get("model") or {}).get(k) for k in ("name", "spec", "fingerprint")},
-        "data": {k: (header.get("data") or {}).get(k) for k in ("sha256", "n_records", "n_traced", "source")},
+        "data": {
+            k: (header.get("data") or {}).get(k)
+            for k in ("sha256", "n_records", "n_traced", "n_traces_reused", "source")
+        },
         "labels": dict(labels),
         "split": dict(split),
         **figures,

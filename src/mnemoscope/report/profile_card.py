@@ -173,6 +173,7 @@ def _validation(v: Mapping[str, Any] | None) -> dict[str, Any]:
         "false_flags_by_kind": dict(v.get("false_flags_by_kind") or {}),
         "profile_status": dict(v.get("profile_status") or {}),
         "provenance": dict(v.get("provenance") or {}),
+        "data": dict(v.get("data") or {}),
     }
 
 
@@ -336,9 +337,16 @@ def render_text(card: Mapping[str, Any]) -> str:
             lines.append(f"  {truth:<28} " + "  ".join(f"{row.get(c, 0):>12}" for c in _VERDICTS))
     else:
         lines.append(f"  confusion           {NOT_MEASURED}")
+    reused = (val.get("data") or {}).get("n_traces_reused")
+    traced = (val.get("data") or {}).get("n_traced")
     lines.append(
-        f"  time                calibration {_f(val['calibration_seconds'], 1)} s, "
-        f"audit {_f(val['audit_seconds'], 2)} s"
+        f"  time                calibration {_f(val['calibration_seconds'], 1)} s"
+        + (
+            f" (resumed: {reused} of {traced} records' traces were made by an earlier run, not timed here)"
+            if isinstance(reused, int) and reused
+            else ""
+        )
+        + f", audit {_f(val['audit_seconds'], 2)} s"
         + (" per answer" if val.get("labels") else " (held-out fold)")
     )
     st = val.get("profile_status") or {}

@@ -30,7 +30,7 @@ from mnemoscope.errors import TraceStoreError
 from mnemoscope.io import atomic_savez, atomic_write_json
 from mnemoscope.trace.types import CRMExtras, PairTrace, PromptTrace
 
-__all__ = ["TraceSet", "TraceWriter", "load_traces", "save_traces"]
+__all__ = ["TraceSet", "TraceWriter", "load_traces", "save_traces", "stored_ids"]
 
 FORMAT = 1
 Kind = Literal["pair", "prompt", "crm_extras"]
@@ -86,6 +86,15 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue  # a torn last line after a crash: that record is simply redone
     return rows
+
+
+def stored_ids(folder: str | Path) -> set[str]:
+    """The ids a trace folder already holds (empty when there is none): what a resumed run
+    will not trace again."""
+    f = Path(folder)
+    if not (f / "meta.json").is_file():
+        return set()
+    return {str(r["id"]) for r in _read_jsonl(f / "index.jsonl") if "id" in r}
 
 
 class TraceWriter:
