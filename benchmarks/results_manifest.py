@@ -227,11 +227,11 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
     "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
         "smollm2-135m-instruct-pc300", "0.953", "0.927", "0.973", "0.053", "0.79", "0.79"
     ),
-    "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 100`)": _card(
-        "gemma-3-270m-pc100", "0.988", "0.968", "1.000", "0.062", "0.97", "0.88"
+    "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 300`)": _card(
+        "gemma-3-270m-pc300", "0.964", "0.943", "0.982", "0.028", "0.67", "0.80"
     ),
-    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 100`)": _card(
-        "qwen2.5-coder-0.5b-instruct-pc100", "0.943", "0.897", "0.980", "0.000", "0.56", "0.74"
+    "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 300`)": _card(
+        "qwen2.5-coder-0.5b-instruct-pc300", "0.951", "0.927", "0.970", "0.087", "0.84", "0.85"
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, "
     "`--per-class 300`)": _card(

@@ -416,3 +416,18 @@ def test_a_resumed_calibration_says_how_many_traces_it_reused(tmp_path: Path) ->
     assert (d["n_traced"], d["n_traces_reused"]) == (40, 36)
     assert again.validation is not None and again.validation["data"]["n_traces_reused"] == 36
     assert "resumed: 36 of 40 records' traces" in render_text(profile_card(again, again.validation))
+
+
+def test_committed_calibration_cards_equal_a_recomputation_from_their_held_out_rows() -> None:
+    """Every committed card (benchmarks/results/calibration/*) is what its own held-out rows
+    give under the current source decision: a changed decision or an edited card fails here."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "calibration"
+    cards = sorted(p.parent for p in root.glob("*/card.json") if (p.parent / "held_out.jsonl").is_file())
+    assert len(cards) >= 8
+    for d in cards:
+        card = json.loads((d / "card.json").read_text())["validation"]
+        fresh = validation_from_rows(read_held_out(d / "held_out.jsonl"), alpha=card["alpha"])
+        diff = sorted(k for k in fresh if k in card and fresh[k] != card[k])
+        assert not diff, (d.name, diff)
+        if "false_flags_by_kind" in card:
+            assert sum(x["flagged"] for x in card["false_flags_by_kind"].values()) == card["false_flags"]

@@ -106,7 +106,7 @@ class CalibrationConfig:
             signals. ``"crm_probability"`` (CRM's classifier, the paper's detector) may be added;
             it reads the text's surface more than membership, and measured on Gemma-3-270m and
             Qwen2.5-Coder-0.5B it let knowledge-conflict answers that followed the context be
-            flagged as memory (docs/calibrate.md#which-signals).
+            flagged as memory (docs/calibrate.md#which-signals-the-verdict-combines).
         conformal_fraction: share of the clean records held out for the verdict's threshold.
         token_margin_quantile: the token-attribution margin is this quantile of content-word
             PMI on the memorized calibration answers (:func:`~mnemoscope.features.attribution.calibrate_margin`).
