@@ -326,3 +326,17 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
         main([*base, "--max-records", "60"])
     n, cfg = seen[-1]
     assert cfg.per_class is None and cfg.max_traced is None and n == 60
+    # the verdict's signals: the black-box three by default, CRM's classifier opt-in
+    from mnemoscope.pipelines.profile import BLACK_BOX_SIGNALS
+
+    assert cfg.verdict_candidates == BLACK_BOX_SIGNALS
+    with pytest.raises(Stop):
+        main([*base, "--max-records", "60", "--verdict-signals", "repcs_z, crm_probability,repcs_z"])
+    assert seen[-1][1].verdict_candidates == ("repcs_z", "crm_probability")
+
+
+def test_calibrate_refuses_an_unknown_verdict_signal(tiny_folder, tmp_path, capsys):
+    args = ["--quiet", "calibrate", "--model", str(tiny_folder), "--out", str(tmp_path / "p")]
+    rc = main([*args, "--max-records", "8", "--verdict-signals", "repcs_z,nope"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "nope" in err and "crm_probability" in err and "verdict_signals" in err

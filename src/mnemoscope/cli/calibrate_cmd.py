@@ -17,6 +17,7 @@ from mnemoscope.cli.options import (
     add_stop_arg,
     load_from_args,
     stops_from_args,
+    verdict_signals,
 )
 
 __all__ = ["SHIPPED", "auto_profile", "print_card", "register", "shipped_records"]
@@ -123,23 +124,6 @@ def register(sub: Any) -> None:
     c.add_argument("--json", action="store_true", help="print the validation card as JSON")
     add_endpoint_args(c, prompts=True)
     c.set_defaults(func=run)
-
-
-def verdict_signals(args: argparse.Namespace) -> tuple[str, ...]:
-    """``--verdict-signals`` as a tuple, each name checked against the known signals."""
-    from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES, SIGNALS
-    from mnemoscope.errors import InputError
-
-    if getattr(args, "verdict_signals", None) is None:
-        return DEFAULT_CANDIDATES
-    names = tuple(dict.fromkeys(s.strip() for s in str(args.verdict_signals).split(",") if s.strip()))
-    bad = [s for s in names if s not in SIGNALS]
-    if bad or not names:
-        raise InputError(
-            f"--verdict-signals: unknown signal(s) {bad or '(none given)'}; known: {', '.join(SIGNALS)}",
-            field="verdict_signals",
-        )
-    return names
 
 
 def shipped_records() -> str:

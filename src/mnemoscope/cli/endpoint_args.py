@@ -209,7 +209,7 @@ def _stops(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
-    from mnemoscope.cli.calibrate_cmd import verdict_signals
+    from mnemoscope.cli.options import verdict_signals
     from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
     cfg = EndpointCalibrationConfig(

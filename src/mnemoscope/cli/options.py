@@ -26,6 +26,7 @@ __all__ = [
     "ray_options_from_args",
     "resolve_threads",
     "stops_from_args",
+    "verdict_signals",
 ]
 
 log = logging.getLogger("mnemoscope")
@@ -238,3 +239,20 @@ def configure_logging(quiet: bool, debug: bool) -> None:
             transformers.utils.logging.disable_progress_bar()
         except ImportError:  # pragma: no cover
             pass
+
+
+def verdict_signals(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--verdict-signals`` as a tuple, each name checked against the known signals."""
+    from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES, SIGNALS
+    from mnemoscope.errors import InputError
+
+    if getattr(args, "verdict_signals", None) is None:
+        return DEFAULT_CANDIDATES
+    names = tuple(dict.fromkeys(s.strip() for s in str(args.verdict_signals).split(",") if s.strip()))
+    bad = [s for s in names if s not in SIGNALS]
+    if bad or not names:
+        raise InputError(
+            f"--verdict-signals: unknown signal(s) {bad or '(none given)'}; known: {', '.join(SIGNALS)}",
+            field="verdict_signals",
+        )
+    return names
