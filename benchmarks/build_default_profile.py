@@ -11,6 +11,7 @@
 
 Usage:
     python benchmarks/build_default_profile.py [--verified runs/reliance-chat/verified.jsonl]
+    python benchmarks/build_default_profile.py --verified benchmarks/results/verdict/verified.jsonl   # the committed set
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def main() -> None:
     items = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
     calib_ids, test_ids = split_by_fact(items, args.seed, args.test_fraction)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.verified, RESULTS / "verified.jsonl")
+    if Path(args.verified).resolve() != (RESULTS / "verified.jsonl").resolve():
+        shutil.copyfile(args.verified, RESULTS / "verified.jsonl")
     by_id = {it["id"]: it for it in items}
     (RESULTS / "split.json").write_text(
         json.dumps(
@@ -111,6 +113,9 @@ def main() -> None:
         traces_dir=args.traces,
         progress=True,
     )
+    # no held-out part here (held_out_fraction=0): the validation card is written from
+    # verdict_eval.py's part B by profile_validation.py, not from calibrate's empty held-out file
+    (out / "held_out.jsonl").unlink(missing_ok=True)
     v = prof.verdict
     summary = {
         **provenance(),
