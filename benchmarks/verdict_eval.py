@@ -62,7 +62,10 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
     pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in traces]
     repcs = RePCS.from_calibration(profile.header["repcs"])
     q = profile.header["config"]["token_margin_quantile"]
-    cands = ("repcs_z", "closed_book_logprob", "context_token_fraction", "crm_probability")
+    # the library's default candidates (the black-box signals); CRM's classifier probability is
+    # still computed (out of fold) and reported as a single signal, outside the combination
+    cands = tuple(CalibrationConfig().verdict_candidates)
+    with_crm = (*cands, "crm_probability") if "crm_probability" not in cands else cands
     cfg = CalibrationConfig(
         **{
             **profile.header["config"],
@@ -79,7 +82,7 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
         rows = [
             trace_signals(t, pc, margin=margin, repcs=repcs)[0] for t, pc in zip(traces, pieces, strict=True)
         ]
-        out = {k: np.array([r[k] for r in rows]) for k in cands if k != "crm_probability"}
+        out = {k: np.array([r[k] for r in rows]) for k in with_crm if k != "crm_probability"}
         return {**out, "crm_probability": crm_prob}
 
     def fit_fold(train: np.ndarray) -> tuple[Any, dict[str, np.ndarray]]:
@@ -116,13 +119,14 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
     res = evaluate_verdict(
         signals_with_margin(full_margin, oof_crm_probability(folder, "lr", cfg)),
         labels,
-        VerdictModel(candidates=cands, alpha=0.05, seed=42),
+        VerdictModel(candidates=with_crm, alpha=0.05, seed=42),  # every signal's own AUC reported
         n_splits=5,
         seed=0,
         groups=groups,
         fit_fold=fit_fold,
     )
     res.pop("oof_p_memory")
+    res["candidates"] = list(cands)  # what each fold's verdict may combine (the library default)
     res["margin_on_all_items"] = full_margin
     res["by_kind"] = dict(Counter(it["kind"] for it in items))
     return res
