@@ -41,6 +41,7 @@ def build() -> dict[str, Any]:
                 f"profile is {ph[:12]}: re-run benchmarks/verdict_eval.py first"
             )
     b = ev["B_held_out"]
+    run_b = (ev.get("runs") or {}).get("B") or ev
     auc = b["auc"]["p_memory"]
     rule = b["combined_rule"]
     return {
@@ -63,10 +64,11 @@ def build() -> dict[str, Any]:
         "calibration_seconds": build_rec["seconds"],
         "provenance": {
             "source": "benchmarks/results/verdict/eval.json (B_held_out) + profile_build.json (seconds)",
-            "command": ev.get("command"),
-            "git_commit": ev.get("git_commit"),
-            "time": ev.get("time"),
-            "threads": (ev.get("machine") or {}).get("threads"),
+            # the run that measured part B (eval.json's top level is its last run, any part)
+            "command": run_b.get("command"),
+            "git_commit": run_b.get("git_commit"),
+            "time": run_b.get("created") or run_b.get("time"),
+            "threads": (run_b.get("machine") or {}).get("threads"),
             "calibration_command": build_rec.get("command"),
             "written_by": "python benchmarks/profile_validation.py",
             "note": "calibration_seconds is calibrate_profile's wall time in build_default_profile.py "

@@ -275,6 +275,7 @@ def main() -> None:
     verified = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
     out_path = Path(args.out)
     report: dict[str, Any] = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    report.pop("time", None)  # an older provenance key: "created" is this run's
     report.update(provenance())
     report["profile_hash"] = auditor.profile.content_hash
     import torch
@@ -283,6 +284,10 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "load_avg_start": list(np.round(np.array(__import__("os").getloadavg()), 2)),
     }
+    # which run measured which part (the top level is the last run's)
+    runs = report.setdefault("runs", {})
+    for part in args.parts:
+        runs[part] = {k: report[k] for k in ("command", "git_commit", "git_dirty", "created", "machine")}
     if "A" in args.parts:
         report["A_cross_validation"] = part_a(verified, Path(args.traces), auditor.profile)
         print(json.dumps(report["A_cross_validation"], indent=1))
