@@ -216,13 +216,13 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
     "the verdict (`audit`: p_memory, token spans)": [
         ("312", _VER, "A_cross_validation.n"),
         ("5", _VER, "A_cross_validation.n_splits"),
-        ("0.978", _VER, "A_cross_validation.combination.auc"),
-        ("0.962", _VER, "A_cross_validation.combination.ci[0]"),
-        ("0.991", _VER, "A_cross_validation.combination.ci[1]"),
+        ("0.976", _VER, "A_cross_validation.combination.auc"),
+        ("0.960", _VER, "A_cross_validation.combination.ci[0]"),
+        ("0.988", _VER, "A_cross_validation.combination.ci[1]"),
         ("104", _VER, "B_held_out.n"),
-        ("0.963", _VER, "B_held_out.auc.p_memory.auc"),
-        ("0.929", _VER, "B_held_out.auc.p_memory.ci[0]"),
-        ("0.991", _VER, "B_held_out.auc.p_memory.ci[1]"),
+        ("0.961", _VER, "B_held_out.auc.p_memory.auc"),
+        ("0.926", _VER, "B_held_out.auc.p_memory.ci[0]"),
+        ("0.988", _VER, "B_held_out.auc.p_memory.ci[1]"),
     ],
     "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
         "smollm2-135m-instruct-pc300", "0.953", "0.927", "0.973", "0.053", "0.79", "0.79"
