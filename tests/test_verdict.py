@@ -352,3 +352,45 @@ def test_verdict_certifies_on_the_conformal_set_it_is_given_and_refuses_a_memory
         m.fit(X, y, conformal=[int(np.flatnonzero(y == 1)[0])])
     with pytest.raises(InputError, match="clean"):
         m.fit(X, y, conformal=[len(y)])
+
+
+def test_per_kind_certification_bounds_false_flags_within_every_kind() -> None:
+    """Mondrian conformal: with item kinds as groups the threshold is the largest of the kinds'
+    own conformal quantiles, so a hard kind of context-needed answer (here: clean answers whose
+    signals look like memory, as followed knowledge conflicts do) keeps the bound too."""
+    rng = np.random.default_rng(11)
+
+    def draw(n: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        y = rng.permutation(np.r_[np.ones(n // 2, int), np.zeros(n - n // 2, int)])
+        kind = np.where(y == 1, "memorized", np.where(rng.uniform(size=n) < 0.4, "conflict", "clean"))
+        shift = np.where(kind == "conflict", 2.0, 0.0)  # conflicts sit between clean and memory
+        X = {
+            "repcs_z": rng.normal(6 - 4 * y - shift, 1.0),
+            "closed_book_logprob": rng.normal(-2 + y, 1.0),
+            "context_token_fraction": rng.uniform(size=n),
+        }
+        return X, y, kind
+
+    X, y, kind = draw(1200)
+    marginal = VerdictModel(alpha=0.05, seed=0).fit(X, y)
+    per_kind = VerdictModel(alpha=0.05, seed=0).fit(X, y, groups=kind)
+    assert per_kind.certified_ and set(per_kind.group_thresholds_) == {"clean", "conflict"}
+    assert per_kind.threshold_ == max(per_kind.group_thresholds_.values()) >= marginal.threshold_
+    assert sum(per_kind.n_conformal_by_group_.values()) == per_kind.n_conformal_
+    fresh, fy, fk = draw(20000)
+    conflict = (fy == 0) & (fk == "conflict")
+    p_m, p_k = marginal.predict_proba(fresh), per_kind.predict_proba(fresh)
+    assert marginal.flag(p_m)[conflict].mean() > 0.08  # the marginal bound does not hold per kind
+    assert per_kind.flag(p_k)[conflict].mean() <= 0.05 + 0.03  # the per-kind one does
+    back = VerdictModel.from_dict(per_kind.to_dict())
+    assert back.group_thresholds_ == per_kind.group_thresholds_ and back.threshold_ == per_kind.threshold_
+    assert per_kind.to_dict()["certify"] == "per-kind" and "certify" not in marginal.to_dict()
+    # a kind with too few conformal answers cannot certify alpha: the model says so
+    few = np.flatnonzero((y == 0) & (kind == "conflict"))[10:]
+    keep = np.setdiff1d(np.arange(len(y)), few)
+    small = VerdictModel(alpha=0.05, seed=0).fit(
+        {k: v[keep] for k, v in X.items()}, y[keep], groups=kind[keep]
+    )
+    assert not small.certified_ and small.threshold_ == 0.5
+    with pytest.raises(InputError, match="groups"):
+        VerdictModel().fit(X, y, groups=kind[:10])

@@ -118,6 +118,14 @@ def register(sub: Any) -> None:
         "closed_book_logprob,context_token_fraction; add "
         "crm_probability for CRM's classifier, lts_score for its anomaly score: docs/calibrate.md)",
     )
+    c.add_argument(
+        "--certify",
+        choices=["marginal", "per-kind"],
+        default="marginal",
+        help="the verdict's false-flag bound over all context-needed calibration answers (default) or "
+        "within every item kind, e.g. knowledge conflicts the model followed (higher threshold, lower "
+        "recall; docs/calibrate.md)",
+    )
     c.add_argument("--seed", type=int, default=42)
     c.add_argument("--on-error", choices=["skip", "raise"], default="skip")
     c.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
@@ -216,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         repcs_alpha=args.repcs_alpha,
         seed=args.seed,
         verdict_candidates=verdict_signals(args),
+        certify=args.certify,
         labels=args.labels,
         held_out_fraction=args.held_out_fraction,
         min_per_class=args.min_per_class,

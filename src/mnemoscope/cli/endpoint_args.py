@@ -228,6 +228,7 @@ def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: lis
         stop=_stops(args),
         max_traced=args.max_records if getattr(args, "per_class", None) is not None else None,
         verdict_candidates=verdict_signals(args),
+        certify=getattr(args, "certify", "marginal"),
     )
     with client_from_args(args) as client:
         prof = calibrate_endpoint_profile(

@@ -179,12 +179,18 @@ class VerdictModel(BaseEstimator):
         y: Any,
         *,
         conformal: Sequence[int] | np.ndarray | None = None,
+        groups: Sequence[Any] | np.ndarray | None = None,
     ) -> VerdictModel:
         """Select, combine and threshold (module doc).
 
         ``conformal``: the indices of the clean records that set the threshold (never fitted
         on); default :meth:`conformal_split`. For the guarantee, their signal values must be
         what an audit would compute for them, from functions that never saw them.
+        ``groups``: a group per record (e.g. the item kind: invented fact, followed knowledge
+        conflict). Given, the threshold is the largest of the groups' own conformal quantiles,
+        so the false-flag bound holds within every group of context-needed answers, whatever
+        their mix in new requests (Mondrian conformal); a group with too few conformal records
+        to certify alpha leaves the model uncertified.
         """
         unknown = [c for c in self.candidates if c not in ORIENTATION]
         if unknown:
@@ -238,9 +244,22 @@ class VerdictModel(BaseEstimator):
         self.n_conformal_ = len(conf)
         self.conformal_index_ = conf
         self.min_n_ = min_n_for_alpha(self.alpha)
+        self.group_thresholds_: dict[str, float] = {}
+        self.n_conformal_by_group_: dict[str, int] = {}
         if len(conf):
             p_conf = self._proba(X_all[conf][:, selected])
-            t = conformal_upper(p_conf, self.alpha)
+            if groups is None:
+                t = conformal_upper(p_conf, self.alpha)
+            else:
+                g = np.asarray([str(x) for x in groups], dtype=object)
+                if len(g) != len(y):
+                    raise InputError(f"groups has {len(g)} values, expected {len(y)}", field="groups")
+                gc = g[conf]
+                for name in sorted(set(gc)):
+                    m = gc == name
+                    self.n_conformal_by_group_[name] = int(m.sum())
+                    self.group_thresholds_[name] = float(conformal_upper(p_conf[m], self.alpha))
+                t = max(self.group_thresholds_.values())
         else:
             t = math.inf
         self.certified_ = bool(math.isfinite(t))
@@ -282,6 +301,17 @@ class VerdictModel(BaseEstimator):
             "n_conformal": self.n_conformal_,
             "min_n_for_alpha": self.min_n_,
             **({"conformal_ids": list(self.conformal_ids_)} if self.conformal_ids_ else {}),
+            **(
+                {
+                    "certify": "per-kind",
+                    "group_thresholds": {  # inf (a group too small to certify) as null
+                        k: (v if math.isfinite(v) else None) for k, v in self.group_thresholds_.items()
+                    },
+                    "n_conformal_by_group": dict(self.n_conformal_by_group_),
+                }
+                if getattr(self, "group_thresholds_", None)
+                else {}
+            ),
         }
 
     @classmethod
@@ -304,6 +334,11 @@ class VerdictModel(BaseEstimator):
             m.min_n_ = int(d.get("min_n_for_alpha", min_n_for_alpha(m.alpha)))
             if d.get("conformal_ids") is not None:
                 m.conformal_ids_ = tuple(str(i) for i in d["conformal_ids"])
+            gt = d.get("group_thresholds") or {}
+            m.group_thresholds_ = {str(k): (math.inf if v is None else float(v)) for k, v in gt.items()}
+            m.n_conformal_by_group_ = {
+                str(k): int(v) for k, v in (d.get("n_conformal_by_group") or {}).items()
+            }
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"verdict model record is malformed ({e})", field="verdict") from e
         if len(m.coef_) != len(m.selected_) or any(s not in ORIENTATION for s in m.selected_):

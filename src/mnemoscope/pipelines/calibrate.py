@@ -184,7 +184,7 @@ def calibrate_profile(
             labels_all, record_groups(kept_records), seed=c.seed, fraction=c.held_out_fraction
         )
     folder_fit = _restrict(folder_v, cal.tolist(), None if not has_labels else [labels_all[i] for i in cal])
-    header = _fit_local(lm, folder_fit, c, ex_cfg, out)
+    header = _fit_local(lm, folder_fit, c, ex_cfg, out, kinds=[dec[t.id].kind for t in folder_fit.pairs])
     header["layout"] = {
         "prompt": header["prompt"],
         "chat_template_sha256": chat_template_sha256(
@@ -321,7 +321,14 @@ def _held_out_local(
     )
 
 
-def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Path) -> dict[str, Any]:
+def _fit_local(
+    lm: Any,
+    folder: Any,
+    c: CalibrationConfig,
+    ex_cfg: Any,
+    out: Path,
+    kinds: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
     """Fit CRM + anomaly rule + RePCS + the verdict model on ``folder``; save ``crm.npz``; the header."""
     from mnemoscope.detectors.repcs import RePCS
     from mnemoscope.pipelines.crm.eval import CRMEvalConfig
@@ -407,7 +414,9 @@ def _fit_local(lm: Any, folder: Any, c: CalibrationConfig, ex_cfg: Any, out: Pat
         crm_prob[rest] = oof_crm_probability(replace(folder, data=data.subset(rest)), kind, c)
         if len(conf_records):
             crm_prob[conf_records] = crm.predict_proba(data.subset(conf_records))
-    margin, verdict = fit_verdict(lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records)
+    margin, verdict = fit_verdict(
+        lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records, kinds=kinds
+    )
 
     return {
         "format": PROFILE_FORMAT,
@@ -535,12 +544,15 @@ def fit_verdict(
     crm_oof: np.ndarray | None = None,
     pieces: Sequence[Sequence[str]] | None = None,
     conformal_records: np.ndarray | None = None,
+    kinds: Sequence[str | None] | None = None,
 ) -> tuple[float, VerdictModel | None]:
     """The token margin (from memorized answers) and the verdict model (needs both labels).
 
     ``crm_oof``: CRM's classifier probability per record (``crm_probability``), measured by
     CRMs that never saw the record. ``conformal_records``: the record indices of the verdict's
     conformal set, when the caller drew it (default: the verdict's own seeded draw).
+    ``kinds``: each record's item kind; with ``c.certify == "per-kind"`` the threshold is
+    certified within every kind (:meth:`VerdictModel.fit`, ``groups``).
     ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the endpoint
     backend passes the server's, with ``lm=None``).
     """
@@ -566,7 +578,16 @@ def fit_verdict(
     if conformal_records is not None:
         pos = {i: j for j, i in enumerate(keep)}
         conformal = np.array([pos[int(i)] for i in conformal_records], dtype=int)
-    verdict = _verdict_model(c, cands).fit(signals, np.asarray(labels)[keep], conformal=conformal)
+    groups = None
+    if c.certify == "per-kind":
+        if kinds is None or len(kinds) != len(pairs):
+            raise InputError("certify='per-kind' needs each record's kind", field="certify")
+        groups = [str(kinds[i] or "unknown") for i in keep]
+    elif c.certify != "marginal":
+        raise InputError(f"certify must be 'marginal' or 'per-kind', got {c.certify!r}", field="certify")
+    verdict = _verdict_model(c, cands).fit(
+        signals, np.asarray(labels)[keep], conformal=conformal, groups=groups
+    )
     # which answers certified the threshold (recorded in the profile: a user can re-check it)
     verdict.conformal_ids_ = tuple(str(pairs[keep[j]].id) for j in verdict.conformal_index_)
     return margin, verdict

@@ -116,6 +116,7 @@ class EndpointCalibrationConfig:
     verdict_alpha: float = 0.05
     verdict_candidates: tuple[str, ...] = BLACK_BOX_SIGNALS
     conformal_fraction: float = 0.5
+    certify: Literal["marginal", "per-kind"] = "marginal"
     token_margin_quantile: float = 0.9
     seed: int = 42
     labels: Literal["verify", "given"] = "given"
@@ -397,10 +398,13 @@ def calibrate_endpoint_profile(
         verdict_alpha=c.verdict_alpha,
         verdict_candidates=c.verdict_candidates,
         conformal_fraction=c.conformal_fraction,
+        certify=c.certify,
         token_margin_quantile=c.token_margin_quantile,
         seed=c.seed,
     )
-    margin, verdict = fit_verdict(None, pairs, labels, repcs, vc, None, pieces=pieces)
+    margin, verdict = fit_verdict(
+        None, pairs, labels, repcs, vc, None, pieces=pieces, kinds=[dec[t.id].kind for t in pairs]
+    )
     held_ids = [pairs_v[i].id for i in ho]
 
     def n_of(ix: np.ndarray) -> dict[str, int]:

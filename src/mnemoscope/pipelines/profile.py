@@ -108,6 +108,11 @@ class CalibrationConfig:
             Qwen2.5-Coder-0.5B it let knowledge-conflict answers that followed the context be
             flagged as memory (docs/calibrate.md#which-signals-the-verdict-combines).
         conformal_fraction: share of the clean records held out for the verdict's threshold.
+        certify: ``"marginal"`` (default): one conformal quantile over all clean calibration
+            answers, so the false-flag bound holds for their mix of kinds; ``"per-kind"``: the
+            largest of each kind's own quantile (invented facts, followed knowledge conflicts,
+            ...), so it holds within every kind (higher threshold, lower memory recall;
+            docs/calibrate.md#the-guarantee-marginal-or-per-kind).
         token_margin_quantile: the token-attribution margin is this quantile of content-word
             PMI on the memorized calibration answers (:func:`~mnemoscope.features.attribution.calibrate_margin`).
         seed: the held-out split.
@@ -144,6 +149,7 @@ class CalibrationConfig:
     verdict_alpha: float = 0.05
     verdict_candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     conformal_fraction: float = 0.5
+    certify: Literal["marginal", "per-kind"] = "marginal"
     token_margin_quantile: float = 0.9
     seed: int = 42
     labels: Literal["verify", "given"] = "given"

@@ -199,6 +199,8 @@ def profile_card(profile: Any, validation: Mapping[str, Any] | None = None) -> d
             "threshold": _num(verdict.get("threshold")),
             "signals": list(verdict.get("selected") or []),
             "n_fit": _num(verdict.get("n_fit")),
+            "certify": verdict.get("certify", "marginal"),
+            "n_conformal_by_group": dict(verdict.get("n_conformal_by_group") or {}),
             "cv_auc": _num(path[-1].get("cv_auc"))
             if path and isinstance(path[-1], Mapping)
             else NOT_MEASURED,
@@ -269,9 +271,16 @@ def render_text(card: Mapping[str, Any]) -> str:
             if v["certified"]
             else f"NOT certified at alpha={_f(v['alpha'], 2)} (needs >= {_f(v.get('min_n_for_alpha'))})"
         )
+        per_kind = ""
+        if v.get("certify") == "per-kind":
+            per_kind = (
+                " (within each kind: "
+                + ", ".join(f"{k} {n}" for k, n in (v.get("n_conformal_by_group") or {}).items())
+                + ")"
+            )
         lines.append(
             f"verdict   {cert}; {_f(v['n_calibration'])} held-out clean calibration answers behind the "
-            f"guarantee; signals {', '.join(v['signals']) or 'none'} (cv AUC {_f(v['cv_auc'])})"
+            f"guarantee{per_kind}; signals {', '.join(v['signals']) or 'none'} (cv AUC {_f(v['cv_auc'])})"
         )
     lines.append("held-out validation" + ("" if val["status"] != NOT_MEASURED else f": {NOT_MEASURED}"))
     if val["status"] == NOT_MEASURED:
