@@ -333,6 +333,10 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
     with pytest.raises(Stop):
         main([*base, "--max-records", "60", "--verdict-signals", "repcs_z, crm_probability,repcs_z"])
     assert seen[-1][1].verdict_candidates == ("repcs_z", "crm_probability")
+    assert seen[-1][1].certify == "marginal"
+    with pytest.raises(Stop):
+        main([*base, "--max-records", "60", "--certify", "per-kind"])
+    assert seen[-1][1].certify == "per-kind"
 
 
 def test_calibrate_refuses_an_unknown_verdict_signal(tiny_folder, tmp_path, capsys):
