@@ -34,14 +34,14 @@ def build() -> dict[str, Any]:
     build_rec = json.loads((RESULTS / "profile_build.json").read_text(encoding="utf-8"))
     header = json.loads((PROFILE / "profile.json").read_text(encoding="utf-8"))
     ph = header["profile_hash"]
-    for name, rec in (("eval.json", ev), ("profile_build.json", build_rec)):
+    run_b = (ev.get("runs") or {}).get("B") or ev  # the run that measured part B
+    for name, rec in (("eval.json", ev), ("eval.json part B", run_b), ("profile_build.json", build_rec)):
         if rec.get("profile_hash") != ph:
             raise SystemExit(
                 f"{RESULTS / name} was measured on profile {str(rec.get('profile_hash'))[:12]}, the shipped "
                 f"profile is {ph[:12]}: re-run benchmarks/verdict_eval.py first"
             )
     b = ev["B_held_out"]
-    run_b = (ev.get("runs") or {}).get("B") or ev
     auc = b["auc"]["p_memory"]
     rule = b["combined_rule"]
     return {

@@ -71,6 +71,7 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
             **profile.header["config"],
             "levels": tuple(profile.header["config"]["levels"]),
             "verdict_candidates": cands,
+            "certify": "marginal",  # the folds carry no item kinds
             "verdict_alpha": 0.05,
         }
     )
@@ -286,8 +287,12 @@ def main() -> None:
     }
     # which run measured which part (the top level is the last run's)
     runs = report.setdefault("runs", {})
-    for part in args.parts:
-        runs[part] = {k: report[k] for k in ("command", "git_commit", "git_dirty", "created", "machine")}
+    ran = [x for x in args.parts if x in "AB" or (x == "C" and Path(args.mixed).is_file())]
+    for part in ran:
+        runs[part] = {
+            **{k: report[k] for k in ("command", "git_commit", "git_dirty", "created", "machine")},
+            "profile_hash": report["profile_hash"],
+        }
     if "A" in args.parts:
         report["A_cross_validation"] = part_a(verified, Path(args.traces), auditor.profile)
         print(json.dumps(report["A_cross_validation"], indent=1))

@@ -431,3 +431,14 @@ def test_committed_calibration_cards_equal_a_recomputation_from_their_held_out_r
         assert not diff, (d.name, diff)
         if "false_flags_by_kind" in card:
             assert sum(x["flagged"] for x in card["false_flags_by_kind"].values()) == card["false_flags"]
+
+
+def test_a_verdict_with_no_measurable_signal_is_refused_naming_it(tmp_path: Path) -> None:
+    from helpers import tiny_lm
+    from server_helpers import tiny_records
+
+    cfg = CalibrationConfig(
+        max_new_tokens=4, chat=False, classifier="none", verdict_candidates=("crm_probability",)
+    )
+    with pytest.raises(InputError, match="crm_probability needs a CRM classifier"):
+        calibrate_profile(tiny_lm(layers=2), tiny_records(36), tmp_path / "p", cfg, progress=False)

@@ -344,3 +344,5 @@ def test_calibrate_refuses_an_unknown_verdict_signal(tiny_folder, tmp_path, caps
     rc = main([*args, "--max-records", "8", "--verdict-signals", "repcs_z,nope"])
     err = capsys.readouterr().err
     assert rc != 0 and "nope" in err and "crm_probability" in err and "verdict_signals" in err
+    rc = main([*args, "--max-records", "8", "--verdict-signals", "repcs_z,lts_score"])
+    assert rc != 0 and "lts_score" in capsys.readouterr().err  # reported by audits, not a verdict signal

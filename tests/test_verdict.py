@@ -392,5 +392,17 @@ def test_per_kind_certification_bounds_false_flags_within_every_kind() -> None:
         {k: v[keep] for k, v in X.items()}, y[keep], groups=kind[keep]
     )
     assert not small.certified_ and small.threshold_ == 0.5
+    assert "conflict (5)" in str(small.uncertified_reason()) and "within each kind" in str(
+        small.uncertified_reason()
+    )
+    # a rare kind is in the conformal set whatever the seed (the draw is stratified by kind) and,
+    # with too few answers, leaves the model uncertified, naming it
+    rare = kind.copy()
+    rare[np.flatnonzero((y == 0) & (kind == "clean"))[:2]] = "rare"
+    for seed in range(4):
+        m = VerdictModel(alpha=0.05, seed=seed).fit(X, y, groups=rare)
+        assert m.n_conformal_by_group_["rare"] == 1 and not m.certified_
+        assert "rare (1)" in str(m.uncertified_reason())
+    assert per_kind.uncertified_reason() is None
     with pytest.raises(InputError, match="groups"):
         VerdictModel().fit(X, y, groups=kind[:10])

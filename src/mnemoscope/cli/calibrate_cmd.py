@@ -116,7 +116,7 @@ def register(sub: Any) -> None:
         metavar="LIST",
         help="comma-separated signals the verdict may combine (default: the black-box three, repcs_z,"
         "closed_book_logprob,context_token_fraction; add "
-        "crm_probability for CRM's classifier, lts_score for its anomaly score: docs/calibrate.md)",
+        "crm_probability for CRM's classifier, in process: docs/calibrate.md)",
     )
     c.add_argument(
         "--certify",

@@ -249,10 +249,12 @@ def verdict_signals(args: argparse.Namespace) -> tuple[str, ...]:
     if getattr(args, "verdict_signals", None) is None:
         return DEFAULT_CANDIDATES
     names = tuple(dict.fromkeys(s.strip() for s in str(args.verdict_signals).split(",") if s.strip()))
-    bad = [s for s in names if s not in SIGNALS]
+    # lts_score is reported by audits but not measured by calibrate's verdict fit
+    bad = [s for s in names if s not in SIGNALS or s == "lts_score"]
     if bad or not names:
         raise InputError(
-            f"--verdict-signals: unknown signal(s) {bad or '(none given)'}; known: {', '.join(SIGNALS)}",
+            f"--verdict-signals: unknown signal(s) {bad or '(none given)'}; known: "
+            f"{', '.join(x for x in SIGNALS if x != 'lts_score')}",
             field="verdict_signals",
         )
     return names

@@ -67,6 +67,13 @@ ORIENTATION: dict[str, float] = {
 DEFAULT_CANDIDATES = ("repcs_z", "closed_book_logprob", "context_token_fraction")
 
 
+def _groups(groups: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
+    g = np.asarray([str(x) for x in groups], dtype=object)
+    if len(g) != n:
+        raise InputError(f"groups has {len(g)} values, expected {n}", field="groups")
+    return g
+
+
 def signal_matrix(signals: Mapping[str, Sequence[float] | np.ndarray], names: Sequence[str]) -> np.ndarray:
     """Stack the named signals into ``[n, k]`` (float64), refusing a missing or non-finite one."""
     cols = []
@@ -158,9 +165,11 @@ class VerdictModel(BaseEstimator):
             oof[te] = lr.decision_function((X[te] - mu) / sd)
         return float(roc_auc(oof, y) or 0.5)
 
-    def conformal_split(self, y: Any) -> np.ndarray:
+    def conformal_split(self, y: Any, groups: Sequence[Any] | np.ndarray | None = None) -> np.ndarray:
         """The indices of the conformal set :meth:`fit` holds out by default: a seeded share
-        (``conformal_fraction``) of the clean (label 0) records, leaving at least 2 to fit on.
+        (``conformal_fraction``) of the clean (label 0) records, leaving at least 2 to fit on;
+        with ``groups``, that share of each group's clean records (stratified, so every kind is
+        in the conformal set in proportion).
 
         A caller that fits a signal itself (CRM's classifier) draws the split first, fits that
         signal without these records and passes the split to :meth:`fit` (``conformal=``).
@@ -171,7 +180,35 @@ class VerdictModel(BaseEstimator):
         rng = np.random.default_rng(self.seed)
         clean = np.flatnonzero(y == 0)
         n_conf = min(round(self.conformal_fraction * len(clean)), len(clean) - 2)
-        return np.sort(rng.permutation(clean)[: max(n_conf, 0)])
+        if groups is None:
+            return np.sort(rng.permutation(clean)[: max(n_conf, 0)])
+        g = _groups(groups, len(y))
+        picked: list[int] = []
+        for name in sorted(set(g[clean])):
+            members = clean[g[clean] == name]
+            k = round(self.conformal_fraction * len(members))
+            picked += rng.permutation(members)[:k].tolist()
+        return np.sort(np.asarray(picked[: max(n_conf, 0)], dtype=int))
+
+    def uncertified_reason(self) -> str | None:
+        """Why alpha is not certified (``None`` when it is): too few conformal answers, in all
+        or, certified per kind, within the kinds named."""
+        check_is_fitted(self, "threshold_")
+        if self.certified_:
+            return None
+        gt = getattr(self, "group_thresholds_", {}) or {}
+        small = [k for k, t in gt.items() if not math.isfinite(t)]
+        if small:
+            counts = getattr(self, "n_conformal_by_group_", {}) or {}
+            return (
+                "too few held-out clean calibration answers of kind "
+                + ", ".join(f"{k} ({counts.get(k, 0)})" for k in small)
+                + f" to certify alpha={self.alpha:g} within each kind (at least {self.min_n_} each)"
+            )
+        return (
+            f"{self.n_conformal_} held-out clean calibration answers cannot certify alpha={self.alpha:g} "
+            f"(at least {self.min_n_} are needed)"
+        )
 
     def fit(
         self,
@@ -200,7 +237,7 @@ class VerdictModel(BaseEstimator):
         X_all = signal_matrix(signals, self.candidates)
         y = _check_labels(y, len(X_all))
         if conformal is None:
-            conf = self.conformal_split(y)
+            conf = self.conformal_split(y, groups)
         else:
             conf = np.unique(np.asarray(conformal, dtype=int).ravel())
             if len(conf) and (conf.min() < 0 or conf.max() >= len(y) or (y[conf] != 0).any()):
@@ -246,22 +283,21 @@ class VerdictModel(BaseEstimator):
         self.min_n_ = min_n_for_alpha(self.alpha)
         self.group_thresholds_: dict[str, float] = {}
         self.n_conformal_by_group_: dict[str, int] = {}
-        if len(conf):
-            p_conf = self._proba(X_all[conf][:, selected])
-            if groups is None:
-                t = conformal_upper(p_conf, self.alpha)
-            else:
-                g = np.asarray([str(x) for x in groups], dtype=object)
-                if len(g) != len(y):
-                    raise InputError(f"groups has {len(g)} values, expected {len(y)}", field="groups")
-                gc = g[conf]
-                for name in sorted(set(gc)):
-                    m = gc == name
-                    self.n_conformal_by_group_[name] = int(m.sum())
-                    self.group_thresholds_[name] = float(conformal_upper(p_conf[m], self.alpha))
-                t = max(self.group_thresholds_.values())
-        else:
-            t = math.inf
+        p_conf = self._proba(X_all[conf][:, selected]) if len(conf) else np.zeros(0)
+        t = conformal_upper(p_conf, self.alpha) if len(conf) else math.inf
+        if groups is not None:
+            # every kind of clean record needs its own certified quantile; a kind with no or too
+            # few conformal records has none (inf), and the model is then not certified
+            g = _groups(groups, len(y))
+            gc = g[conf]
+            for name in sorted(set(g[y == 0])):
+                m = gc == name
+                self.n_conformal_by_group_[name] = int(m.sum())
+                self.group_thresholds_[name] = (
+                    float(conformal_upper(p_conf[m], self.alpha)) if m.any() else math.inf
+                )
+            t = max(self.group_thresholds_.values(), default=math.inf)
+        self.certify_ = "marginal" if groups is None else "per-kind"
         self.certified_ = bool(math.isfinite(t))
         self.threshold_ = float(t) if self.certified_ else 0.5
         return self
@@ -309,7 +345,7 @@ class VerdictModel(BaseEstimator):
                     },
                     "n_conformal_by_group": dict(self.n_conformal_by_group_),
                 }
-                if getattr(self, "group_thresholds_", None)
+                if getattr(self, "certify_", "marginal") == "per-kind"
                 else {}
             ),
         }
@@ -334,6 +370,7 @@ class VerdictModel(BaseEstimator):
             m.min_n_ = int(d.get("min_n_for_alpha", min_n_for_alpha(m.alpha)))
             if d.get("conformal_ids") is not None:
                 m.conformal_ids_ = tuple(str(i) for i in d["conformal_ids"])
+            m.certify_ = str(d.get("certify", "marginal"))
             gt = d.get("group_thresholds") or {}
             m.group_thresholds_ = {str(k): (math.inf if v is None else float(v)) for k, v in gt.items()}
             m.n_conformal_by_group_ = {

@@ -360,7 +360,7 @@ def _fit_local(
     # what a new request gets, so the conformal threshold holds for audits (an out-of-fold
     # probability from other CRMs is a different score function; docs/calibrate.md).
     crm_signal = "crm_probability" in c.verdict_candidates and kind != "none" and labels is not None
-    conf_records = _verdict_conformal_records(pairs, labels, c) if crm_signal else None
+    conf_records = _verdict_conformal_records(pairs, labels, c, kinds) if crm_signal else None
     # held-out clean records set the anomaly threshold; the rest fit directions and mu/sigma
     rng = np.random.default_rng(c.seed)
     clean_idx = np.flatnonzero(clean)
@@ -476,13 +476,34 @@ def _verdict_rows(pairs: Sequence[Any]) -> list[int]:
     return [i for i, t in enumerate(pairs) if not t.identical_prompts]
 
 
-def _verdict_conformal_records(pairs: Sequence[Any], labels: np.ndarray, c: CalibrationConfig) -> np.ndarray:
+def _verdict_groups(
+    pairs: Sequence[Any], kinds: Sequence[str | None] | None, keep: Sequence[int], c: CalibrationConfig
+) -> list[str] | None:
+    """The verdict rows' item kinds when the threshold is certified per kind (else ``None``)."""
+    if c.certify == "marginal":
+        return None
+    if c.certify != "per-kind":
+        raise InputError(f"certify must be 'marginal' or 'per-kind', got {c.certify!r}", field="certify")
+    if kinds is None or len(kinds) != len(pairs):
+        raise InputError("certify='per-kind' needs each record's kind", field="certify")
+    return [str(kinds[i] or "unknown") for i in keep]
+
+
+def _verdict_conformal_records(
+    pairs: Sequence[Any],
+    labels: np.ndarray,
+    c: CalibrationConfig,
+    kinds: Sequence[str | None] | None = None,
+) -> np.ndarray:
     """The record indices of the verdict's conformal set (:meth:`VerdictModel.conformal_split`
-    over :func:`_verdict_rows`)."""
-    keep = np.asarray(_verdict_rows(pairs), dtype=int)
+    over :func:`_verdict_rows`, by kind when certified per kind): what :func:`fit_verdict`
+    draws by default."""
+    rows = _verdict_rows(pairs)
+    keep = np.asarray(rows, dtype=int)
     if not len(keep):
         return keep
-    return keep[_verdict_model(c).conformal_split(np.asarray(labels)[keep])]
+    groups = _verdict_groups(pairs, kinds, rows, c)
+    return keep[_verdict_model(c).conformal_split(np.asarray(labels)[keep], groups)]
 
 
 def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: int = 5) -> np.ndarray:
@@ -567,6 +588,12 @@ def fit_verdict(
         for r, i in zip(rows, keep, strict=True):
             r["crm_probability"] = float(crm_oof[i])
     cands = tuple(k for k in c.verdict_candidates if k in rows[0])
+    if not cands:
+        raise InputError(
+            f"none of the verdict signals {list(c.verdict_candidates)} is measured in this calibration "
+            "(crm_probability needs a CRM classifier: --classifier lr or xgb)",
+            field="verdict_candidates",
+        )
     if len(cands) < len(c.verdict_candidates):
         log.warning(
             "verdict candidates %s are not measured in this calibration (no CRM classifier?); combining %s",
@@ -578,13 +605,7 @@ def fit_verdict(
     if conformal_records is not None:
         pos = {i: j for j, i in enumerate(keep)}
         conformal = np.array([pos[int(i)] for i in conformal_records], dtype=int)
-    groups = None
-    if c.certify == "per-kind":
-        if kinds is None or len(kinds) != len(pairs):
-            raise InputError("certify='per-kind' needs each record's kind", field="certify")
-        groups = [str(kinds[i] or "unknown") for i in keep]
-    elif c.certify != "marginal":
-        raise InputError(f"certify must be 'marginal' or 'per-kind', got {c.certify!r}", field="certify")
+    groups = _verdict_groups(pairs, kinds, keep, c)
     verdict = _verdict_model(c, cands).fit(
         signals, np.asarray(labels)[keep], conformal=conformal, groups=groups
     )

@@ -308,10 +308,7 @@ def profile_status(profile: Any) -> dict[str, Any]:
     reasons: list[str] = []
     v = getattr(profile, "verdict", None)
     if v is not None and not bool(getattr(v, "certified_", False)):
-        reasons.append(
-            f"not certified at alpha={v.alpha:g}: {v.n_conformal_} clean calibration answers "
-            f"(at least {v.min_n_} are needed)"
-        )
+        reasons.append(f"not certified at alpha={v.alpha:g}: {v.uncertified_reason()}")
     val = getattr(profile, "validation", None)
     auc = (val or {}).get("auc") if isinstance(val, Mapping) else None
     summary = ""

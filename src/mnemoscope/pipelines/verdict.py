@@ -194,12 +194,11 @@ class CombinedRule(MemoryRule):
                     "within each kind of context-needed answer ("
                     + ", ".join(f"{k}: {n}" for k, n in v.n_conformal_by_group_.items())
                     + " held-out clean calibration answers, Mondrian split-conformal)"
-                    if getattr(v, "group_thresholds_", None)
+                    if getattr(v, "certify_", "marginal") == "per-kind"
                     else f"(split-conformal, {v.n_conformal_} held-out clean calibration answers)"
                 )
                 if v.certified_
-                else f"NOT certified: {v.n_conformal_} held-out clean calibration answers cannot certify "
-                f"alpha={v.alpha:g} (at least {v.min_n_} are needed); flagged when p_memory > 0.5"
+                else f"NOT certified: {v.uncertified_reason()}; flagged when p_memory > 0.5"
             ),
         }
 
