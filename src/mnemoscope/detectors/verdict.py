@@ -129,6 +129,11 @@ class VerdictModel(BaseEstimator):
     #: ids of the answers that certified the threshold (set by the caller that knows the ids;
     #: recorded in the profile so the certification can be re-checked)
     conformal_ids_: tuple[str, ...] = ()
+    #: how the threshold was certified (set by :meth:`fit` / :meth:`from_dict`): over all clean
+    #: answers, or per kind with each kind's own threshold and conformal count
+    certify_: str = "marginal"
+    group_thresholds_: dict[str, float]
+    n_conformal_by_group_: dict[str, int]
 
     def __init__(
         self,
@@ -196,13 +201,11 @@ class VerdictModel(BaseEstimator):
         check_is_fitted(self, "threshold_")
         if self.certified_:
             return None
-        gt = getattr(self, "group_thresholds_", {}) or {}
-        small = [k for k, t in gt.items() if not math.isfinite(t)]
+        small = [k for k, t in self.group_thresholds_.items() if not math.isfinite(t)]
         if small:
-            counts = getattr(self, "n_conformal_by_group_", {}) or {}
             return (
                 "too few held-out clean calibration answers of kind "
-                + ", ".join(f"{k} ({counts.get(k, 0)})" for k in small)
+                + ", ".join(f"{k} ({self.n_conformal_by_group_.get(k, 0)})" for k in small)
                 + f" to certify alpha={self.alpha:g} within each kind (at least {self.min_n_} each)"
             )
         return (
@@ -281,8 +284,8 @@ class VerdictModel(BaseEstimator):
         self.n_conformal_ = len(conf)
         self.conformal_index_ = conf
         self.min_n_ = min_n_for_alpha(self.alpha)
-        self.group_thresholds_: dict[str, float] = {}
-        self.n_conformal_by_group_: dict[str, int] = {}
+        self.group_thresholds_ = {}
+        self.n_conformal_by_group_ = {}
         p_conf = self._proba(X_all[conf][:, selected]) if len(conf) else np.zeros(0)
         t = conformal_upper(p_conf, self.alpha) if len(conf) else math.inf
         if groups is not None:
@@ -345,7 +348,7 @@ class VerdictModel(BaseEstimator):
                     },
                     "n_conformal_by_group": dict(self.n_conformal_by_group_),
                 }
-                if getattr(self, "certify_", "marginal") == "per-kind"
+                if self.certify_ == "per-kind"
                 else {}
             ),
         }

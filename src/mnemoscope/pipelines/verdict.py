@@ -194,7 +194,7 @@ class CombinedRule(MemoryRule):
                     "within each kind of context-needed answer ("
                     + ", ".join(f"{k}: {n}" for k, n in v.n_conformal_by_group_.items())
                     + " held-out clean calibration answers, Mondrian split-conformal)"
-                    if getattr(v, "certify_", "marginal") == "per-kind"
+                    if v.certify_ == "per-kind"
                     else f"(split-conformal, {v.n_conformal_} held-out clean calibration answers)"
                 )
                 if v.certified_

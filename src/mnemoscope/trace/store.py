@@ -158,7 +158,7 @@ class TraceWriter:
                 },
             )
         (self.folder / "shards").mkdir(parents=True, exist_ok=True)
-        self.done_ids: set[str] = {str(r["id"]) for r in _read_jsonl(self.folder / "index.jsonl")}
+        self.done_ids: set[str] = stored_ids(self.folder)  # meta.json exists by now
 
     def write(self, traces: list[Any]) -> None:
         if not traces:
