@@ -140,3 +140,29 @@ def test_a_given_answer_is_scored_not_generated(auditor: Auditor) -> None:
     # the context says nothing about Paris: it must not be credited to the context
     assert not any("Paris" in t for t in ctx)
     assert r.source in ("context", "mixed")
+
+
+def test_answer_bearing_words_of_a_paraphrased_memory_answer_are_memory(auditor: Auditor) -> None:
+    """The Mona Lisa answer copies the context ("displayed in the Louvre in Paris") but states a fact the
+    context does not give ("painted by Leonardo da Vinci"): its answer-bearing words are found from the
+    answer and the query alone, the name is one phrase, and greedy decoding without the context writes it."""
+    r = auditor.audit_one(
+        "The Mona Lisa is a portrait displayed in the Louvre in Paris.",
+        "Who painted the Mona Lisa?",
+        answer="The Mona Lisa is a portrait displayed in the Louvre in Paris. It was painted by Leonardo da Vinci.",
+    )
+    words = r.evidence["answer_words"]["words"]
+    by = {w["text"]: w for w in words}
+    assert "Leonardo da Vinci" in by, words
+    assert not any("Mona" in w["text"] or "Lisa" in w["text"] for w in words)  # query words are not facts
+    assert by["Leonardo da Vinci"]["source"] == "memory" and not by["Leonardo da Vinci"]["in_context"]
+    assert r.answer[by["Leonardo da Vinci"]["start"] : by["Leonardo da Vinci"]["end"]] == "Leonardo da Vinci"
+    assert r.source in ("memory", "undetermined") and r.source != "context", r.summary
+
+
+def test_an_answer_naming_nothing_beyond_the_query_is_undetermined_and_not_flagged(auditor: Auditor) -> None:
+    r = auditor.audit_one(
+        "The capital of Scotland is Glasgow.", "Is Glasgow the capital of Scotland?", answer="Yes."
+    )
+    assert r.source == "undetermined" and not r.memory_flag
+    assert "nothing beyond the query" in r.summary

@@ -327,9 +327,9 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
     n, cfg = seen[-1]
     assert cfg.per_class is None and cfg.max_traced is None and n == 60
     # the verdict's signals: the black-box three by default, CRM's classifier opt-in
-    from mnemoscope.pipelines.profile import BLACK_BOX_SIGNALS
+    from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 
-    assert cfg.verdict_candidates == BLACK_BOX_SIGNALS
+    assert cfg.verdict_candidates == DEFAULT_CANDIDATES
     with pytest.raises(Stop):
         main([*base, "--max-records", "60", "--verdict-signals", "repcs_z, crm_probability,repcs_z"])
     assert seen[-1][1].verdict_candidates == ("repcs_z", "crm_probability")

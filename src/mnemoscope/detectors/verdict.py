@@ -44,6 +44,7 @@ from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 from sklearn.utils.validation import check_is_fitted
 
 from mnemoscope.errors import InputError
+from mnemoscope.features.facts import FACT_SIGNALS
 from mnemoscope.stats.conformal import conformal_upper, min_n_for_alpha
 from mnemoscope.stats.metrics import auc_ci, roc_auc
 
@@ -56,13 +57,27 @@ __all__ = [
     "signal_matrix",
 ]
 
-SIGNALS = ("repcs_z", "closed_book_logprob", "context_token_fraction", "lts_score", "crm_probability")
+SIGNALS = (
+    "repcs_z",
+    "closed_book_logprob",
+    "context_token_fraction",
+    "lts_score",
+    "crm_probability",
+    *FACT_SIGNALS,
+    "closed_book_agreement",
+)
 ORIENTATION: dict[str, float] = {
     "repcs_z": -1.0,
     "closed_book_logprob": 1.0,
     "context_token_fraction": -1.0,
     "lts_score": 1.0,
     "crm_probability": 1.0,
+    "fact_cb_logratio": 1.0,
+    "fact_cb_rank": -1.0,
+    "fact_switched": -1.0,
+    "fact_cb_entropy": -1.0,
+    "fact_pmi": -1.0,
+    "closed_book_agreement": 1.0,
 }
 DEFAULT_CANDIDATES = ("repcs_z", "closed_book_logprob", "context_token_fraction")
 

@@ -78,6 +78,8 @@ __all__ = [
     "query_terms",
     "salient",
     "supported_by",
+    "word_groups",
+    "wordlike",
 ]
 
 TokenSource = Literal["context", "memory", "neutral", "query"]
@@ -345,6 +347,17 @@ def _words(pieces: Sequence[str]) -> list[list[int]]:
         else:
             groups[-1].append(i)
     return groups
+
+
+def word_groups(pieces: Sequence[str]) -> list[list[int]]:
+    """The token indices of each word of an answer (the grouping every attribution uses: a word
+    starts at leading whitespace or punctuation)."""
+    return _words(pieces)
+
+
+def wordlike(word: str) -> bool:
+    """A word that may carry content: letters or digits, not a function word."""
+    return _wordlike(word)
 
 
 def _wordlike(word: str) -> bool:

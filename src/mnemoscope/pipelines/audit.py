@@ -57,7 +57,7 @@ from mnemoscope.pipelines.requests import (
 )
 from mnemoscope.pipelines.results import RESULTS_FORMAT, EarlyStop, ResultsFolder
 from mnemoscope.pipelines.signals import answer_pieces, measure, query_match_of, trace_signals
-from mnemoscope.pipelines.verdict import RULES, Rule, decide, decide_source, get_rule
+from mnemoscope.pipelines.verdict import RULES, Rule, decide, decide_source, get_rule, unmeasurable_signals
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -144,6 +144,19 @@ class Auditor:
         prof = backend.profile
         check_layout(prof, {**_backend_layout(backend), **(layout or {})})
         rule_obj.check(prof, hidden_states=backend.hidden_states)
+        if prof.verdict is not None:
+            missing = unmeasurable_signals(
+                prof.verdict.selected_,
+                hidden_states=backend.hidden_states,
+                closed_book_answer=bool(getattr(backend, "closed_book_answer", backend.hidden_states)),
+            )
+            if missing:
+                raise InputError(
+                    f"the profile {prof.path} combines "
+                    + ", ".join(f"{k} (needs {v})" for k, v in missing.items())
+                    + f", which the {type(backend).__name__} cannot measure: calibrate a profile for this backend",
+                    field="profile",
+                )
         #: is the profile fit to back a guarantee (pipelines.validation.profile_status); every result says
         self.profile_status = profile_status(prof)
         self.backend = backend

@@ -446,6 +446,8 @@ def _fit_local(
             ),
         },
         "repcs": rec,
+        # the three-way source follows the answer-bearing words (pipelines.verdict.decide_source_facts)
+        "source_rule": "facts",
         "token_attribution": {
             "margin": margin,
             "quantile": c.token_margin_quantile,

@@ -42,6 +42,7 @@ from mnemoscope.models.endpoint import (
 )
 from mnemoscope.pipelines.audit import Auditor, AuditResult, Rule
 from mnemoscope.pipelines.backends import EndpointBackend, check_endpoint_identity
+from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 from mnemoscope.pipelines.calibrate import data_hash, fit_verdict
 from mnemoscope.pipelines.profile import (
     BLACK_BOX_SIGNALS,
@@ -114,7 +115,7 @@ class EndpointCalibrationConfig:
     top_k: int = 20
     repcs_alpha: float = 0.05
     verdict_alpha: float = 0.05
-    verdict_candidates: tuple[str, ...] = BLACK_BOX_SIGNALS
+    verdict_candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     conformal_fraction: float = 0.5
     certify: Literal["marginal", "per-kind"] = "marginal"
     token_margin_quantile: float = 0.9
@@ -441,6 +442,8 @@ def calibrate_endpoint_profile(
         },
         "config": asdict(c),
         "repcs": repcs.calibration_record(kl_source=f"endpoint top-k estimate (k={c.top_k})"),
+        # the three-way source follows the answer-bearing words (pipelines.verdict.decide_source_facts)
+        "source_rule": "facts",
         "token_attribution": {
             "margin": margin,
             "quantile": c.token_margin_quantile,

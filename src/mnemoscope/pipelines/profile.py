@@ -76,7 +76,12 @@ __all__ = [
 PROFILE_FORMAT = "mnemoscope-audit-profile/1"
 ENDPOINT_PROFILE_FORMAT = "mnemoscope-endpoint-profile/1"
 #: the signals measurable over an endpoint (no hidden states over HTTP)
-BLACK_BOX_SIGNALS: tuple[str, ...] = DEFAULT_CANDIDATES  # the verdict's default signals need no hidden states
+# every verdict signal that needs no hidden states: the whole-answer ones and those on the
+# answer-bearing words (features.facts), measured alike in process and over an endpoint
+# (closed_book_agreement needs a second, closed-book generation: in process only)
+BLACK_BOX_SIGNALS: tuple[str, ...] = tuple(
+    x for x in SIGNALS if x not in ("lts_score", "crm_probability", "closed_book_agreement")
+)
 log = logging.getLogger(__name__)
 
 
@@ -232,7 +237,9 @@ class AuditProfile:
         return PairConfig(
             builder=self.builder,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
-            answer_without=self.needs_level1,
+            # the closed-book greedy answer: CRM level 1, or a verdict that reads its agreement
+            answer_without=self.needs_level1
+            or (self.verdict is not None and "closed_book_agreement" in self.verdict.selected_),
             hidden=True,
         )
 

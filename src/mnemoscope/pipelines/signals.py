@@ -26,10 +26,19 @@ from mnemoscope.features.attribution import (
     context_token_fraction,
     merge_spans,
 )
+from mnemoscope.features.facts import AnswerFacts, closed_book_agreement, fact_signals, fact_words
 from mnemoscope.pipelines.verdict import AnomalyRule
 from mnemoscope.trace.types import PairTrace
 
-__all__ = ["CRMMeasure", "Measured", "answer_pieces", "measure", "query_match_of", "trace_signals"]
+__all__ = [
+    "CRMMeasure",
+    "Measured",
+    "answer_facts",
+    "answer_pieces",
+    "measure",
+    "query_match_of",
+    "trace_signals",
+]
 
 
 def answer_pieces(tokenizer: Any, answer_ids: Sequence[int] | np.ndarray) -> list[str]:
@@ -93,6 +102,7 @@ class Measured:
     repcs_raw_flag: bool
     crm: CRMMeasure | None = None
     notes: list[str] = field(default_factory=list)
+    facts: AnswerFacts | None = None
 
     @property
     def identical_prompts(self) -> bool:
@@ -155,11 +165,15 @@ def measure(
             )
         )
     z = float(repcs.z([trace])[0])
+    facts = answer_facts(trace, pieces, margin=margin)
     values = {
         "repcs_z": z,
         "closed_book_logprob": float(np.mean(trace.logprob_answer_without)) if trace.n_steps else 0.0,
         "context_token_fraction": 0.5 if frac is None else float(frac),
+        **fact_signals(facts),
     }
+    if trace.answer_without is not None:  # the closed-book greedy answer, when it was generated
+        values["closed_book_agreement"] = closed_book_agreement(facts, trace.answer_without)
     crm_m: CRMMeasure | None = None
     if crm is not None and anomaly is not None and trace.h_with is not None and trace.h_without is not None:
         lts = crm.lts(trace.displacement)
@@ -184,6 +198,24 @@ def measure(
         repcs_z=z,
         repcs_raw_flag=bool(repcs.flag(np.array([z]))[0]),
         crm=crm_m,
+        facts=facts,
+    )
+
+
+def answer_facts(trace: PairTrace, pieces: Sequence[str], *, margin: float) -> AnswerFacts:
+    """The answer-bearing words of a trace's answer (:func:`~mnemoscope.features.facts.fact_words`)."""
+    return fact_words(
+        pieces=pieces,
+        answer_ids=trace.answer_ids,
+        logp_with=trace.logprob_answer_with,
+        logp_without=trace.logprob_answer_without,
+        topk_ids_with=trace.topk_ids_with,
+        topk_logprobs_with=trace.topk_logprobs_with,
+        topk_ids_without=trace.topk_ids_without,
+        topk_logprobs_without=trace.topk_logprobs_without,
+        query=trace.query,
+        context=trace.context,
+        margin=margin,
     )
 
 

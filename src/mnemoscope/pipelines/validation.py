@@ -126,8 +126,15 @@ def held_out_row(
         **{k: audit.get(k) for k in keep},
         "evidence": {
             k: (audit.get("evidence") or {}).get(k)
-            for k in ("repcs_z", "closed_book_logprob", "context_token_fraction")
+            for k in ("repcs_z", "closed_book_logprob", "context_token_fraction", "signals")
         },
+        # the answer-bearing words the three-way source is decided on (profiles whose source rule
+        # is ``facts``; absent for older ones)
+        **(
+            {"answer_words": (audit.get("evidence") or {}).get("answer_words")}
+            if (audit.get("evidence") or {}).get("answer_words") is not None
+            else {}
+        ),
     }
 
 
@@ -183,6 +190,10 @@ def source_of_row(row: Mapping[str, Any]) -> str:
     }
     if "tokens" in params and row.get("tokens") is not None:
         kw["tokens"] = [build(attr.TokenAttribution, t) for t in row["tokens"]]
+    if "facts" in params and row.get("answer_words") is not None:
+        from mnemoscope.features.facts import AnswerFacts
+
+        kw["facts"] = AnswerFacts.from_dict(row["answer_words"])
     source, _ = decide_source(**{k: v for k, v in kw.items() if k in params})
     return str(source)
 

@@ -37,12 +37,15 @@ from mnemoscope.features.attribution import (
     query_terms,
     supported_by,
 )
+from mnemoscope.features.facts import AnswerFacts
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
     "CRM_LABEL",
     "EMPTY_CONTEXT_NOTE",
+    "NO_FACT_NOTE",
     "RULES",
+    "SOURCE_RULES",
     "AnomalyRule",
     "MemoryRule",
     "Rule",
@@ -51,10 +54,13 @@ __all__ = [
     "crm_block",
     "decide",
     "decide_source",
+    "decide_source_facts",
     "get_rule",
     "guarded",
     "repcs_verdict",
     "source_evidence",
+    "source_rule_of",
+    "unmeasurable_signals",
 ]
 
 Source = Literal["context", "memory", "mixed", "undetermined"]
@@ -63,6 +69,13 @@ Rule = Literal["combined", "repcs", "crm-anomaly"]
 EMPTY_CONTEXT_NOTE = (
     "empty context: both paths are identical, Z = 0 by construction; no evidence, never flagged"
 )
+NO_FACT_NOTE = (
+    "the answer names nothing beyond the query (no name, number or term of its own): there is no fact "
+    "to attribute, so it is neither flagged nor given a source"
+)
+#: how the three-way source is decided: ``facts`` (profiles calibrated now: on the answer-bearing
+#: words, :func:`decide_source_facts`) or ``words`` (older profiles: every content word's token source)
+SOURCE_RULES = ("facts", "words")
 CRM_LABEL = (
     "secondary: CRM's unsupervised LTS anomaly rule (appendix V.1); weak on context reliance and at "
     "chance for membership, measured in docs/audit.md and docs/crm.md"
@@ -308,8 +321,13 @@ def decide_source(
     tokens: Sequence[TokenAttribution] | None = None,
     query: str = "",
     context: str = "",
+    facts: AnswerFacts | None = None,
 ) -> tuple[Source, str]:
     """Where the answer came from, and why in words.
+
+    With ``facts`` (the answer-bearing words, profiles whose ``source_rule`` is ``facts``) the
+    decision is :func:`decide_source_facts`; without, the older rule below (kept so an older
+    profile's audits keep their labels).
 
     * empty context (:func:`guarded`) or empty answer: ``undetermined`` (no evidence; never ``memory``);
     * ``mixed`` when the answer has a content word from memory that the context does not support
@@ -329,6 +347,8 @@ def decide_source(
         )
     if not answer.strip():
         return "undetermined", "The model gave an empty answer: there is nothing to attribute."
+    if facts is not None:
+        return decide_source_facts(facts, memory_flag=memory_flag, p_memory=p_memory)
     words = answer_words(tokens) if tokens is not None else _span_words(spans)
     ctx, mem = source_evidence(words, query=query, context=context)
     if ctx and mem:
@@ -354,6 +374,72 @@ def decide_source(
     return "context", "Answered from the context: the context changed the answer."
 
 
+def _named(words: Sequence[Any]) -> str:
+    return ", ".join(dict.fromkeys(w.text for w in words[:3]))
+
+
+def decide_source_facts(
+    facts: AnswerFacts, *, memory_flag: bool, p_memory: float | None
+) -> tuple[Source, str]:
+    """The three-way source on the answer-bearing words (:mod:`mnemoscope.features.facts`).
+
+    Each answer-bearing word is ``memory`` (greedy decoding without the context writes it),
+    ``context`` (the context states it or raised it beyond the margin) or ``added`` (neither: the
+    model's own). The memory flag (the calibrated, certified decision on p_memory) and the words:
+
+    * no answer-bearing word: ``undetermined`` (nothing beyond the query to attribute);
+    * flagged: ``memory``, or ``mixed`` when a context word stands next to a memory word (the fact is
+      from memory, the context supplied another);
+    * not flagged: ``context`` when a context word states the answer and no word came from memory or
+      from the model alone; ``mixed`` when a context word stands next to a memory word or next to a
+      word the model added that no context says ("...observatory in New Zealand"); with no context
+      word, ``context`` when no word is what the model writes without the context (the context
+      changed every fact the answer states), else ``undetermined`` (the words are the model's
+      closed-book choice, but p_memory stays under the certified threshold: the evidence is split).
+    """
+    ws = facts.words
+    if not ws:
+        return "undetermined", (
+            "The answer names nothing beyond the query (no name, number or term of its own): there is no "
+            "fact to attribute either way."
+        )
+    mem = [w for w in ws if w.source == "memory"]
+    ctx = [w for w in ws if w.source == "context"]
+    add = [w for w in ws if w.source == "added"]
+    if memory_flag:
+        if ctx and mem:
+            return "mixed", (
+                f"Mostly from memory (the flag fired): the model would write {_named(mem)} without the context, "
+                f"while {_named(ctx)} comes from the context."
+            )
+        return "memory", (
+            f"Answered from memory: the model writes {_named(mem or ws)} without the context too"
+            + (" (greedy decoding without the context gives the same words)." if mem else ".")
+        )
+    if ctx and mem:
+        return "mixed", (
+            f"Mixed: {_named(ctx)} comes from the context, while the model would write {_named(mem)} "
+            "without it."
+        )
+    if ctx and add:
+        return "mixed", (
+            f"Mixed: {_named(ctx)} comes from the context, but the model added {_named(add)}, which no "
+            "context says."
+        )
+    if ctx or not mem:
+        named = _named(ctx or add)
+        return "context", (
+            f"Answered from the context: the model would not write {named} without the context"
+            + (", and the context states it." if ctx else ".")
+        )
+    lean = p_memory is not None and p_memory > 0.5
+    return "undetermined", (
+        f"Split evidence: the model would write {_named(mem)} without the context, but p_memory "
+        + ("leans towards memory without reaching" if lean else "stays under")
+        + " the calibrated threshold, so no flag is raised."
+    )
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The decision on one measured trace (what :class:`~mnemoscope.pipelines.requests.AuditResult` carries)."""
@@ -369,6 +455,30 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
+#: what measuring a verdict signal needs beyond the two paths' top-k log-probs
+_SIGNAL_NEEDS = {
+    "crm_probability": "hidden states",
+    "lts_score": "hidden states",
+    "closed_book_agreement": "a second, closed-book greedy generation",
+}
+
+
+def unmeasurable_signals(
+    selected: Sequence[str], *, hidden_states: bool, closed_book_answer: bool
+) -> dict[str, str]:
+    """The verdict signals of ``selected`` a backend cannot measure, each with what it needs (the
+    one check every entry point reaches through :class:`~mnemoscope.pipelines.audit.Auditor`)."""
+    have = {"hidden states": hidden_states, "a second, closed-book greedy generation": closed_book_answer}
+    return {s: _SIGNAL_NEEDS[s] for s in selected if s in _SIGNAL_NEEDS and not have[_SIGNAL_NEEDS[s]]}
+
+
+def source_rule_of(profile: Any) -> str:
+    """How ``profile`` decides the three-way source (:data:`SOURCE_RULES`): what its header records,
+    ``words`` for a profile calibrated before the answer-bearing words."""
+    rule = (profile.header.get("source_rule") if profile is not None else None) or "words"
+    return rule if rule in SOURCE_RULES else "words"
+
+
 def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
     """Signals + profile + rule -> the verdict (module doc). Pure: no model call."""
     notes: list[str] = []
@@ -382,6 +492,10 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
             p_memory = float(verdict.predict_proba({k: [v] for k, v in m.values.items()})[0])
     rv = repcs_verdict(repcs, m.trace, z=m.repcs_z)
     memory_flag = guarded(rule.flag(m, p_memory, profile), m.identical_prompts)
+    facts = m.facts if source_rule_of(profile) == "facts" else None
+    if facts is not None and not facts.words and m.answer.strip() and not m.identical_prompts:
+        memory_flag = False
+        notes.append(NO_FACT_NOTE)
     source, why = decide_source(
         identical_prompts=m.identical_prompts,
         answer=m.answer,
@@ -390,6 +504,7 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
         tokens=m.tokens,
         query=m.trace.query,
         context=m.trace.context,
+        facts=facts,
     )
     guarantee = rule.guarantee(profile)
     cut = getattr(m.trace, "answer_cut", None)
@@ -413,6 +528,8 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
             "context_token_fraction": m.context_fraction,
             "threshold": guarantee.get("threshold"),
             "signals_used": list(verdict.selected_) if verdict is not None else [],
+            "signals": {k: float(v) for k, v in m.values.items()},
+            "answer_words": None if facts is None else facts.to_dict(),
         },
         repcs=rv,
         crm=crm_block(m, profile),

@@ -86,6 +86,16 @@ class EvidenceOut(BaseModel):
     )
     threshold: float | None = Field(None, description="the p_memory (or score) threshold of the memory flag")
     signals_used: list[str] = Field(default_factory=list, description="signals the verdict model combines")
+    signals: dict[str, float] | None = Field(
+        None,
+        description="every verdict signal measured on this answer (whole-answer and answer-bearing words)",
+    )
+    answer_words: dict[str, Any] | None = Field(
+        None,
+        description="the answer-bearing words (content words not in the query) with their counterfactual "
+        "source: memory (greedy decoding without the context writes it), context (the context states it "
+        "or raised it beyond the margin) or added (neither); null for profiles decided on all words",
+    )
 
 
 class GuaranteeOut(BaseModel):

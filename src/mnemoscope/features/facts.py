@@ -1,0 +1,368 @@
+"""The answer-bearing words of an answer and the counterfactual on them: would the model have
+written this word without the context?
+
+A long answer from a small model mixes the fact with words it copied or paraphrased from the
+context ("The Mona Lisa is a portrait displayed in the Louvre in Paris. It was painted by Leonardo
+da Vinci"). A signal averaged over every token follows the copying; these signals follow the
+words that state the answer.
+
+**Answer-bearing words** (:func:`fact_words`) are found from the answer, the query and the two
+paths alone (a live audit has no expected answer): the answer's content words
+(:func:`~mnemoscope.features.attribution.content_word`: a name, a number, a term, a word the
+tokenizer splits as rare) that the query does not contain, consecutive ones joined into one phrase
+("Leonardo da Vinci", "Brimwater Observatory"), decided at its first token: with teacher forcing,
+the rest of a name follows from its start on both paths. When an answer has none, its other
+non-function words that are not the query's stand in (``fallback``: a lowercase common-noun answer
+such as "mitochondria" split in two pieces); an answer with neither ("Yes.") has no answer-bearing
+word, and its source is ``undetermined`` (:func:`mnemoscope.pipelines.verdict.decide_source`).
+
+For each answer-bearing word, from the paired trace's teacher-forced steps (both paths scored on
+the same answer, so step ``t`` of both is the same position):
+
+* ``cb_rank``: the rank of the word's first token in the closed-book (no-context) distribution,
+  1 = the closed-book greedy choice. Only the top-k of each step is kept (in process and over an
+  endpoint alike, ``k`` = the trace's top-k, 20 by default): a token outside it has rank at least
+  ``k + 1``, recorded as ``k + 1`` with ``cb_rank_bounded`` set. The signal is then a lower bound on
+  the true rank, the same bound on every backend;
+* ``cb_logratio``: ``sum_t log p_cb(y_t) - log p_cb(argmax_t)`` over the word's tokens (<= 0; 0 =
+  greedy decoding without the context writes this word). Exact on every backend: the answer
+  token's own log-prob and the top-1's are both measured;
+* ``greedy_cb``: every token of the word is the closed-book top-1 (the token rule's ``memory`` test);
+* ``switched``: the context switched the greedy word: at some token of the word the closed-book
+  top-1 differs and the with-context top-1 is the answer's token;
+* ``cb_entropy``: the closed-book entropy at the word's first token, from the top-k with the rest
+  of the mass as one bucket (a lower bound on the full entropy; the same estimate on every backend);
+* ``pmi``: ``log p(word | c, q) - log p(word | q)`` (chain rule over its tokens);
+* ``source``: ``memory`` when greedy decoding without the context writes it or a near-tie of it
+  (``cb_logratio >= -log 2``, :data:`MEMORY_TOLERANCE`); otherwise ``context`` when the context states it (its terms are among the context's) or raised it
+  beyond the calibrated margin, and ``added`` when neither (the model wrote a content word that is
+  in no context and that it would not write without one: "...the Brimwater Observatory in New
+  Zealand").
+
+:func:`fact_signals` averages them over the answer-bearing words into the verdict's candidate
+signals (:data:`FACT_SIGNALS`). Pure functions of numbers and strings: no model call.
+
+Example:
+    >>> import numpy as np
+    >>> pieces = [" It", " was", " painted", " by", " Leonardo", "."]
+    >>> ans = np.array([1, 2, 3, 4, 5, 6])
+    >>> f = fact_words(
+    ...     pieces=pieces, answer_ids=ans,
+    ...     logp_with=np.log([0.9, 0.9, 0.5, 0.9, 0.9, 0.9]),
+    ...     logp_without=np.log([0.9, 0.9, 0.3, 0.9, 0.8, 0.9]),
+    ...     topk_ids_with=np.c_[ans, ans + 10], topk_logprobs_with=np.log(np.c_[[0.9] * 6, [0.05] * 6]),
+    ...     topk_ids_without=np.c_[ans, ans + 10], topk_logprobs_without=np.log(np.c_[[0.9, 0.9, 0.3, 0.9, 0.8, 0.9], [0.05] * 6]),
+    ...     query="Who painted the Mona Lisa?", context="The Mona Lisa hangs in the Louvre.", margin=np.log(2))
+    >>> [(w.text, w.source, w.cb_rank) for w in f.words], f.fallback
+    ([('Leonardo', 'memory', 1)], False)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from mnemoscope.errors import InputError
+from mnemoscope.features.attribution import (
+    content_word,
+    query_terms,
+    supported_by,
+    word_groups,
+    wordlike,
+)
+
+__all__ = [
+    "FACT_SIGNALS",
+    "MEMORY_TOLERANCE",
+    "NO_FACT_VALUES",
+    "AnswerFacts",
+    "FactSource",
+    "FactWord",
+    "closed_book_agreement",
+    "fact_signals",
+    "fact_words",
+    "topk_entropy",
+]
+
+FactSource = Literal["memory", "context", "added"]
+
+#: a phrase is from memory when greedy decoding without the context writes it or a near-tie of it:
+#: its closed-book log-ratio to the greedy choice is at least -log 2 (at least half as likely as the
+#: model's own first choice; a strict top-1 test calls "Leonardo" at p 0.30 vs 0.34 not memory)
+MEMORY_TOLERANCE = math.log(2.0)
+# lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
+_PARTICLES = frozenset(
+    [
+        "da",
+        "de",
+        "del",
+        "della",
+        "di",
+        "do",
+        "dos",
+        "du",
+        "van",
+        "von",
+        "der",
+        "den",
+        "la",
+        "le",
+        "bin",
+        "ibn",
+        "al",
+        "of",
+        "y",
+    ]
+)
+
+#: the verdict's candidate signals measured on the answer-bearing words (:func:`fact_signals`)
+FACT_SIGNALS = ("fact_cb_logratio", "fact_cb_rank", "fact_switched", "fact_cb_entropy", "fact_pmi")
+#: the values of an answer with no answer-bearing word (never flagged, whatever they give)
+NO_FACT_VALUES = {
+    "fact_cb_logratio": -1.0,
+    "fact_cb_rank": math.log(2.0),
+    "fact_switched": 0.5,
+    "fact_cb_entropy": 1.0,
+    "fact_pmi": 0.0,
+}
+
+
+@dataclass(frozen=True)
+class FactWord:
+    """One answer-bearing word and the counterfactual numbers behind its source (module doc)."""
+
+    text: str
+    start: int
+    end: int
+    n_tokens: int
+    source: FactSource
+    cb_rank: int
+    cb_rank_bounded: bool
+    cb_logratio: float
+    greedy_cb: bool
+    switched: bool
+    cb_entropy: float
+    pmi: float
+    in_context: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AnswerFacts:
+    """The answer-bearing words of one answer (``fallback``: no content word, so its other
+    non-query, non-function words stand in; ``words`` empty: none at all) and the top-k ``k``."""
+
+    words: tuple[FactWord, ...]
+    fallback: bool
+    k: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"words": [w.to_dict() for w in self.words], "fallback": self.fallback, "k": self.k}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> AnswerFacts:
+        """Rebuild from :meth:`to_dict` (a stored audit or held-out row).
+
+        Raises:
+            InputError: a malformed record (naming the field).
+        """
+        try:
+            words = tuple(FactWord(**w) for w in d["words"])
+            return cls(words=words, fallback=bool(d.get("fallback", False)), k=int(d.get("k", 0)))
+        except (KeyError, TypeError) as e:
+            raise InputError(f"answer-bearing words record is malformed ({e})", field="facts") from e
+
+
+def _phrases(groups: list[list[int]], is_content: list[bool], texts: list[str]) -> list[list[int]]:
+    """Runs of content words joined into one answer-bearing phrase ("Leonardo da Vinci", "New
+    Zealand", "Bank of England"): consecutive content words, or two content words joined by a name
+    particle; anything else (punctuation, another word) ends the phrase. Each phrase is the token
+    indices of its words, blanks between them included."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    pending: list[int] = []  # a particle (or blank) waiting for the next content word
+    for g, c, t in zip(groups, is_content, texts, strict=True):
+        if c:
+            if cur:
+                cur += pending
+            cur = cur + g
+            pending = []
+        elif cur and (not t.strip() or t.strip().lower() in _PARTICLES) and len(pending) < 2:
+            pending += g
+        else:
+            if cur:
+                out.append(cur)
+            cur, pending = [], []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def closed_book_agreement(facts: AnswerFacts, answer_without: str) -> float:
+    """Share of the answer-bearing phrases that the model's own closed-book greedy answer also states
+    (every term of the phrase is among the closed-book answer's; ConflictQA's definition of a memory
+    answer). Needs a second greedy generation without the context (an option: ``closed_book_agreement``
+    is a verdict candidate only where the trace carries that answer). ``0.5`` with no answer-bearing word.
+
+    Example:
+        >>> w = FactWord("Paris", 0, 5, 1, "memory", 1, False, 0.0, True, False, 0.5, 0.1, True)
+        >>> closed_book_agreement(AnswerFacts((w,), False, 20), "The capital of France is Paris.")
+        1.0
+    """
+    if not facts.words:
+        return 0.5
+    terms = query_terms(answer_without or "")
+    return float(np.mean([supported_by(w.text, terms) for w in facts.words]))
+
+
+def topk_entropy(logprobs: np.ndarray) -> float:
+    """Entropy (nats) of a top-k distribution with the mass outside it as one more outcome: a lower
+    bound on the full distribution's entropy, computable from any backend's top-k.
+
+    Example:
+        >>> round(topk_entropy(np.log([0.5, 0.5])), 4), round(topk_entropy(np.log([0.5, 0.25])), 4)
+        (0.6931, 1.0397)
+    """
+    lp = np.asarray(logprobs, dtype=np.float64)
+    lp = lp[np.isfinite(lp)]
+    p = np.exp(lp)
+    rest = max(0.0, 1.0 - float(p.sum()))
+    h = -float(np.sum(p * lp))
+    if rest > 1e-12:
+        h -= rest * math.log(rest)
+    return h
+
+
+def fact_words(
+    *,
+    pieces: Sequence[str],
+    answer_ids: np.ndarray,
+    logp_with: np.ndarray,
+    logp_without: np.ndarray,
+    topk_ids_with: np.ndarray,
+    topk_logprobs_with: np.ndarray,
+    topk_ids_without: np.ndarray,
+    topk_logprobs_without: np.ndarray,
+    query: str,
+    context: str,
+    margin: float,
+) -> AnswerFacts:
+    """The answer-bearing words of one answer with their counterfactual numbers (module doc).
+
+    Args:
+        pieces: the text each answer token adds (``""`` for a special token).
+        answer_ids: ``[step]`` the answer's token ids (compared with the top-k ids).
+        logp_with, logp_without: ``[step]`` log p(y_t) on each path.
+        topk_ids_with, topk_logprobs_with, topk_ids_without, topk_logprobs_without: ``[step k]``
+            each path's top-k at each step, most likely first.
+        query, context: the inputs (query words are never answer-bearing; the context decides
+            ``context`` vs ``added``).
+        margin: the profile's token margin (a word the context raised beyond it is ``context``).
+
+    Raises:
+        InputError: arrays whose shapes do not match the pieces (naming the field).
+    """
+    n = len(pieces)
+    ids = np.asarray(answer_ids).reshape(-1)
+    cols = {
+        "answer_ids": ids,
+        "logp_with": np.asarray(logp_with, dtype=np.float64).reshape(-1),
+        "logp_without": np.asarray(logp_without, dtype=np.float64).reshape(-1),
+    }
+    for name, a in cols.items():
+        if a.shape != (n,):
+            raise InputError(f"{name} has shape {a.shape}, expected ({n},) like the token pieces", field=name)
+    tops = {
+        "topk_ids_with": np.asarray(topk_ids_with),
+        "topk_logprobs_with": np.asarray(topk_logprobs_with, dtype=np.float64),
+        "topk_ids_without": np.asarray(topk_ids_without),
+        "topk_logprobs_without": np.asarray(topk_logprobs_without, dtype=np.float64),
+    }
+    k = 0
+    for name, a in tops.items():
+        shape = tuple(int(x) for x in a.shape)
+        if len(shape) != 2 or shape[0] != n or shape[1] < 1:
+            raise InputError(f"{name} has shape {shape}, expected ({n}, k)", field=name)
+        k = shape[1]
+    lw, lwo = cols["logp_with"], cols["logp_without"]
+    iw, iwo, lpwo = tops["topk_ids_with"], tops["topk_ids_without"], tops["topk_logprobs_without"]
+    qterms = query_terms(query)
+    cterms = query_terms(context)
+    groups = word_groups(pieces)
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
+
+    def text_of(g: list[int]) -> str:
+        return "".join(pieces[i] for i in g)
+
+    is_content = [content_word(text_of(g), qterms, len(g)) for g in groups]
+    chosen = _phrases(groups, is_content, [text_of(g) for g in groups])
+    fallback = False
+    if not chosen:
+        chosen = [g for g in groups if wordlike(text_of(g)) and not supported_by(text_of(g), qterms)]
+        fallback = bool(chosen)
+    words = []
+    for g in chosen:
+        raw = text_of(g)
+        text = raw.strip()
+        lead = len(raw) - len(raw.lstrip())
+        start = int(offsets[g[0]]) + lead
+        # the phrase is decided where the model commits to it: its first content token (the rest
+        # of "Leonardo da Vinci" or "Brimwater Observatory" follows from the prefix on both paths)
+        first = next((i for i in g if pieces[i].strip()), g[0])
+        hit = np.flatnonzero(iwo[first] == ids[first])
+        rank, bounded = (int(hit[0]) + 1, False) if len(hit) else (k + 1, True)
+        greedy = bool(all(iwo[i, 0] == ids[i] for i in g))
+        switched = bool(any(iwo[i, 0] != ids[i] and iw[i, 0] == ids[i] for i in g))
+        logratio = float(sum(min(0.0, lwo[i] - lpwo[i, 0]) for i in g))
+        pmi = float(sum(lw[i] - lwo[i] for i in g))
+        in_ctx = supported_by(text, cterms)
+        src: FactSource = (
+            "memory" if logratio >= -MEMORY_TOLERANCE else ("context" if in_ctx or pmi > margin else "added")
+        )
+        words.append(
+            FactWord(
+                text=text,
+                start=start,
+                end=start + len(text),
+                n_tokens=len(g),
+                source=src,
+                cb_rank=rank,
+                cb_rank_bounded=bounded,
+                cb_logratio=logratio,
+                greedy_cb=greedy,
+                switched=switched,
+                cb_entropy=topk_entropy(lpwo[first]),
+                pmi=pmi,
+                in_context=bool(in_ctx),
+            )
+        )
+    return AnswerFacts(words=tuple(words), fallback=fallback, k=int(k))
+
+
+def fact_signals(facts: AnswerFacts) -> dict[str, float]:
+    """The answer-level candidate signals (:data:`FACT_SIGNALS`), each the mean over the
+    answer-bearing words: ``fact_cb_logratio`` (high = memory), ``fact_cb_rank`` (``log`` of the
+    closed-book rank, beyond the top-k counted as ``k + 1``; low = memory), ``fact_switched``
+    (share the context switched; low = memory), ``fact_cb_entropy`` (low = the model was sure
+    without the context) and ``fact_pmi`` (low = memory).
+
+    An answer with no answer-bearing word has no fact to measure: the signals take fixed neutral
+    values (a finite row the verdict model can score), and the audit neither flags it nor gives it a
+    source (``undetermined``, :func:`mnemoscope.pipelines.verdict.decide_source`).
+    """
+    ws = facts.words
+    if not ws:
+        return dict(NO_FACT_VALUES)
+    return {
+        "fact_cb_logratio": float(np.mean([x.cb_logratio for x in ws])),
+        "fact_cb_rank": float(np.mean([math.log(x.cb_rank) for x in ws])),
+        "fact_switched": float(np.mean([x.switched for x in ws])),
+        "fact_cb_entropy": float(np.mean([x.cb_entropy for x in ws])),
+        "fact_pmi": float(np.mean([x.pmi for x in ws])),
+    }
