@@ -70,6 +70,10 @@ REGENERATE = [
     ("ray/", "python benchmarks/bench_ray.py"),
     ("reliance/", "mnemoscope bench run --suite reliance --out benchmarks/results/reliance"),
     (
+        "calibration/bench_calibrate",
+        "OMP_NUM_THREADS=1 python benchmarks/bench_calibrate.py --n 32 --threads 1",
+    ),
+    (
         "calibration/data/",
         "OMP_NUM_THREADS=1 nice -n 5 python benchmarks/data/measure_calibration_set.py --engine generate (docs/data.md)",
     ),

@@ -30,13 +30,15 @@ OUT = ROOT / "benchmarks" / "results" / "verdict" / "ablation"
 
 WHOLE = ("repcs_z", "closed_book_logprob", "context_token_fraction")
 FACT = ("fact_cb_logratio", "fact_cb_rank", "fact_switched", "fact_cb_entropy", "fact_pmi")
-#: (row name, signals): the whole-answer verdict, each answer-bearing-word signal alone and added
-#: to it, and all of them together
+AGREE = "closed_book_agreement"
+#: (row name, signals): the whole-answer verdict (before), each answer-bearing-word signal and the
+#: closed-book answer's agreement alone and added to it, the teacher-forced ones together, and all
 ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("whole-answer (before)", WHOLE),
-    *((f"{s} alone", (s,)) for s in FACT),
-    *((f"whole-answer + {s}", (*WHOLE, s)) for s in FACT),
-    ("whole-answer + all answer-bearing", (*WHOLE, *FACT)),
+    *((f"{s} alone", (s,)) for s in (*FACT, AGREE)),
+    *((f"whole-answer + {s}", (*WHOLE, s)) for s in (*FACT, AGREE)),
+    ("whole-answer + all answer-bearing (teacher-forced)", (*WHOLE, *FACT)),
+    ("whole-answer + all answer-bearing + closed_book_agreement", (*WHOLE, *FACT, AGREE)),
 )
 
 
@@ -83,7 +85,7 @@ def run(name: str, run_dir: Path, cal_args: list[str]) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "traces").exists():
             os.symlink(traces, d / "traces")
-        argv = ["calibrate", *cal_args, "--out", str(d), "--verdict-signals", ",".join(signals), "--quiet"]
+        argv = ["--quiet", "calibrate", *cal_args, "--out", str(d), "--verdict-signals", ",".join(signals)]
         if row in done and done[row].get("signals") == list(signals) and (d / "validation.json").is_file():
             rows[row] = done[row]
             continue

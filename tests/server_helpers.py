@@ -60,8 +60,13 @@ def build_tiny_service(root: Path) -> tuple[Path, Path]:
     prof = root / "profile"
     if not (prof / "profile.json").is_file():
         lm = load_model(str(model_dir))
+        # with CRM: the service tests read its block in every audit (the default fits none)
         calibrate_profile(
-            lm, tiny_records(), prof, CalibrationConfig(max_new_tokens=4, chat=False), progress=False
+            lm,
+            tiny_records(),
+            prof,
+            CalibrationConfig(max_new_tokens=4, chat=False, with_crm=True),
+            progress=False,
         )
     return model_dir, prof
 

@@ -32,6 +32,7 @@ def _facts(
     k: int = 3,
     margin: float = math.log(2),
     rank_out: list[bool] | None = None,
+    answer_without: str | None = None,
 ) -> AnswerFacts:
     """A trace of a greedy answer (the with-context top-1 is always the answer's token) whose
     closed-book top-1 is the token where ``cb_top1`` says so (else another token ranks first)."""
@@ -65,6 +66,7 @@ def _facts(
         query=query,
         context=context,
         margin=margin,
+        answer_without=answer_without,
     )
 
 
@@ -140,6 +142,8 @@ def test_topk_entropy_is_a_lower_bound_with_the_tail_as_one_outcome() -> None:
     [
         (["memory"], True, 0.99, "memory"),
         (["memory", "context"], True, 0.99, "mixed"),
+        # a context phrase the model would write anyway: the context paraphrased around the fact
+        (["memory", "context-paraphrased"], True, 0.99, "memory"),
         (["context"], False, 0.1, "context"),
         (["context", "memory"], False, 0.3, "mixed"),
         (["context", "added"], False, 0.3, "mixed"),
@@ -158,10 +162,10 @@ def test_three_way_source_follows_the_answer_bearing_words(
             start=0,
             end=2,
             n_tokens=1,
-            source=s,  # type: ignore[arg-type]
+            source=s.split("-")[0],  # type: ignore[arg-type]
             cb_rank=1,
             cb_rank_bounded=False,
-            cb_logratio=0.0,
+            cb_logratio=0.0 if s in ("memory", "context-paraphrased") else -5.0,
             greedy_cb=s == "memory",
             switched=s != "memory",
             cb_entropy=1.0,
@@ -200,3 +204,36 @@ def test_bad_shapes_are_refused_naming_the_field() -> None:
             margin=1.0,
         )
     assert e.value.field == "logp_without"
+
+
+def test_a_repeated_phrase_is_decided_once_where_it_first_appears() -> None:
+    # "8" is first written against the closed-book choice (the context's), then repeated: the
+    # repetition copies the answer itself and the closed-book path sees it in the prefix
+    f = _facts(
+        [" The", " answer", " is", " 8", ".", " An", " insect", " has", " 8", " legs", "."],
+        cb_top1=[True, True, True, False, True, True, True, True, True, True, True],
+        cb_logp=[-0.1, -0.1, -0.1, math.log(0.05), -0.1, -0.1, -0.1, -0.1, -0.1, -0.1, -0.1],
+        query="How many legs does an insect have?",
+        context="An insect has 8 legs.",
+    )
+    assert [w.text for w in f.words] == ["8"] and f.words[0].source == "context"
+
+
+def test_the_closed_book_answer_decides_memory_when_it_was_generated() -> None:
+    from mnemoscope.features.facts import closed_book_agreement
+
+    pieces = [" A", " baby", " sheep", " is", " called", " a", " Calf", "."]
+    kw: dict = {
+        "cb_top1": [True] * 8,
+        "query": "What is a baby sheep called?",
+        "context": "A baby sheep is a Calf.",
+    }
+    # teacher-forced, the closed-book path follows the answer so far to "Calf" ...
+    assert _facts(pieces, **kw).words[0].source == "memory"
+    assert closed_book_agreement(_facts(pieces, **kw)) is None  # no closed-book answer generated
+    # ... but the model's own closed-book answer says something else: the context gave "Calf"
+    f = _facts(pieces, **kw, answer_without="A baby sheep is called a lamb.")
+    assert f.words[0].in_closed_book is False and f.words[0].source == "context"
+    assert closed_book_agreement(f) == 0.0
+    g = _facts(pieces, **kw, answer_without="It is a Calf.")
+    assert g.words[0].source == "memory" and closed_book_agreement(g) == 1.0

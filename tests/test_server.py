@@ -263,7 +263,8 @@ def profile_dir(lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         lm,
         tiny_records(48),
         out,
-        CalibrationConfig(max_new_tokens=4, chat=False, held_out_fraction=0),  # fit on all 48 (counts below)
+        # fit on all 48 (counts below), with CRM: these tests read its artefact and audit block
+        CalibrationConfig(max_new_tokens=4, chat=False, held_out_fraction=0, with_crm=True),
         progress=False,
     )
     return out

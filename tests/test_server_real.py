@@ -31,7 +31,10 @@ def real_profile(real_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path
     clean = [r for r in records if r.label == 0][:8]
     memory = [r for r in records if r.label == 1][:8]
     out = tmp_path_factory.mktemp("real-profile")
-    calibrate_profile(real_lm, clean + memory, out, CalibrationConfig(max_new_tokens=16), progress=False)
+    # with CRM: the test checks its target layers and audit block (the default fits none)
+    calibrate_profile(
+        real_lm, clean + memory, out, CalibrationConfig(max_new_tokens=16, with_crm=True), progress=False
+    )
     return out
 
 

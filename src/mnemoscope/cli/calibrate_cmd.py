@@ -32,10 +32,10 @@ def register(sub: Any) -> None:
         description="Trace (context, query) records with and without their context (once; resumable), "
         "verify every label on the model being calibrated (a memory item must be answered closed-book and "
         "with the context, a clean item only with the context, a knowledge-conflict item is labelled by the "
-        "answer it gives; --labels given skips this), split the kept items by fact, fit CRM directions, the "
-        "anomaly rule, RePCS tau and the verdict model on one part (its conformal threshold certified on "
-        "clean answers it does not fit on), audit the held-out part and print the validation card. "
-        "Labels: 0 = clean (answer from the context), 1 = from memory.",
+        "answer it gives; --labels given skips this), split the kept items by fact, fit RePCS tau and the "
+        "verdict model on one part (its conformal threshold certified on clean answers it does not fit on; "
+        "with --with-crm also CRM's directions, classifier and anomaly rule), audit the held-out part and "
+        "print the validation card. Labels: 0 = clean (answer from the context), 1 = from memory.",
         epilog="Examples:\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen   # until 300 per class verify\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a fixed sample\n"
@@ -93,21 +93,49 @@ def register(sub: Any) -> None:
     add_chat_arg(c)
     add_stop_arg(c)
     c.add_argument("--max-new-tokens", "-T", type=int, default=32)
-    c.add_argument("--batch-size", type=int, default=8)
-    c.add_argument("--classifier", choices=["auto", "lr", "xgb", "none"], default="auto")
     c.add_argument(
-        "--levels", default="l2,l3", help="CRM levels of the classifier (l1 costs a 2nd generation)"
+        "--batch-size",
+        type=int,
+        default=16,  # CalibrationConfig.batch_size (not imported here: --help stays instant)
+        help="records decoded together: both paths and the closed-book answer, 3 rows per record (default 16)",
     )
-    c.add_argument("--k-sigma", type=float, default=2.0, help="layer flag: |LTS - mu| > k sigma")
-    c.add_argument(
+    crm = c.add_argument_group(
+        "CRM (hidden states; any of these options implies --with-crm)",
+    )
+    crm.add_argument(
+        "--with-crm",
+        action="store_true",
+        help="also trace the hidden states and fit CRM: its classifier (for --verdict-signals "
+        "crm_probability, which implies this) and its anomaly rule (audit --rule crm-anomaly). Off by "
+        "default: the verdict's default signals are black-box; in process only (an endpoint serves no "
+        "hidden states)",
+    )
+    crm.add_argument("--classifier", choices=["auto", "lr", "xgb", "none"], default=None, help="default auto")
+    crm.add_argument(
+        "--levels",
+        default=None,
+        help="CRM levels of the classifier (default l2,l3; l1 costs a 2nd generation)",
+    )
+    crm.add_argument(
+        "--k-sigma", type=float, default=None, help="layer flag: |LTS - mu| > k sigma (default 2)"
+    )
+    crm.add_argument(
         "--rule",
         choices=["calibrated", "paper"],
-        default="calibrated",
+        default=None,
         help="request flag: anomaly score over a held-out clean threshold (default) or any flagged layer (paper)",
     )
-    c.add_argument("--alpha", type=float, default=0.05, help="target false-positive rate of the anomaly flag")
-    c.add_argument(
-        "--threshold-fraction", type=float, default=0.5, help="clean records held out for the threshold"
+    crm.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="target false-positive rate of the anomaly flag (default 0.05)",
+    )
+    crm.add_argument(
+        "--threshold-fraction",
+        type=float,
+        default=None,
+        help="clean records held out for the anomaly threshold (default 0.5)",
     )
     c.add_argument("--repcs-alpha", type=float, default=0.05, help="RePCS target false-positive rate")
     c.add_argument(
@@ -200,6 +228,14 @@ def run(args: argparse.Namespace) -> int:
     if args.per_class is None:
         records = sample_records(records, args.max_records, args.seed)
     t0 = time.perf_counter()
+    if args.endpoint and args.with_crm:
+        from mnemoscope.errors import InputError
+
+        raise InputError(
+            "--with-crm needs the model's hidden states, and an endpoint serves none (only tokens and "
+            "their log-probabilities come back over HTTP): calibrate in process (--model) to fit CRM",
+            field="with_crm",
+        )
     if args.endpoint:
         from mnemoscope.cli.endpoint_args import calibrate_endpoint
 
@@ -209,18 +245,29 @@ def run(args: argparse.Namespace) -> int:
 
             print_card(load_profile(args.out, backend=None), args.json, time.perf_counter() - t0)
         return rc
+    d = CalibrationConfig()
+    # CRM's options given on the command line ask for CRM (they configure nothing without it)
+    crm_asked = [
+        k
+        for k in ("classifier", "levels", "k_sigma", "rule", "alpha", "threshold_fraction")
+        if getattr(args, k) is not None
+    ]
     cfg = CalibrationConfig(
         template=args.template,
         task=args.task,
         chat={"auto": "auto", "on": True, "off": False}[args.chat],  # type: ignore[arg-type]
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
-        classifier=args.classifier,
-        levels=tuple(s.strip() for s in args.levels.split(",") if s.strip()),
-        k_sigma=args.k_sigma,
-        rule=args.rule,
-        alpha=args.alpha,
-        threshold_fraction=args.threshold_fraction,
+        classifier=args.classifier or d.classifier,
+        levels=d.levels
+        if args.levels is None
+        else tuple(s.strip() for s in args.levels.split(",") if s.strip()),
+        k_sigma=d.k_sigma if args.k_sigma is None else args.k_sigma,
+        rule=args.rule or d.rule,
+        alpha=d.alpha if args.alpha is None else args.alpha,
+        threshold_fraction=d.threshold_fraction
+        if args.threshold_fraction is None
+        else args.threshold_fraction,
         repcs_alpha=args.repcs_alpha,
         seed=args.seed,
         verdict_candidates=verdict_signals(args),
@@ -231,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
         stop=stops_from_args(args),
         per_class=args.per_class,
         max_traced=args.max_records if args.per_class is not None else None,
+        with_crm=bool(args.with_crm or crm_asked),
     )
     lm = load_from_args(args)
     prof = calibrate_profile(
@@ -239,14 +287,14 @@ def run(args: argparse.Namespace) -> int:
     h = prof.header
     thr = prof.anomaly.score_threshold
     crm = (
-        "no CRM"
+        "no CRM (--with-crm fits it)"
         if prof.crm is None
-        else f"{len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, classifier {prof.crm.classifier}"
+        else f"{len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, classifier {prof.crm.classifier}, "
+        f"anomaly threshold {'any flagged layer' if thr is None else f'{thr:.3f}'} (n={prof.anomaly.n_threshold})"
     )
     lab = h.get("labels") or {}
     print(
-        f"wrote {args.out}: {crm}, anomaly threshold "
-        f"{'any flagged layer' if thr is None else f'{thr:.3f}'} (n={prof.anomaly.n_threshold}), "
+        f"wrote {args.out}: {crm}, "
         f"RePCS tau {prof.repcs_tau:.3f} (n={h['repcs']['n']}); {h['data']['n_traced']} records traced, "
         f"{h['data'].get('n_verified')} kept ({lab.get('mode')}), {h['data']['n_fit']} fitted "
         f"({h['data']['n_fit_clean']} clean), profile hash {prof.content_hash[:16]}"

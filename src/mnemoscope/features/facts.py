@@ -11,7 +11,8 @@ paths alone (a live audit has no expected answer): the answer's content words
 (:func:`~mnemoscope.features.attribution.content_word`: a name, a number, a term, a word the
 tokenizer splits as rare) that the query does not contain, consecutive ones joined into one phrase
 ("Leonardo da Vinci", "Brimwater Observatory"), decided at its first token: with teacher forcing,
-the rest of a name follows from its start on both paths. When an answer has none, its other
+the rest of a name follows from its start on both paths. A phrase the answer repeats counts once,
+where it first appears. When an answer has none, its other
 non-function words that are not the query's stand in (``fallback``: a lowercase common-noun answer
 such as "mitochondria" split in two pieces); an answer with neither ("Yes.") has no answer-bearing
 word, and its source is ``undetermined`` (:func:`mnemoscope.pipelines.verdict.decide_source`).
@@ -33,8 +34,12 @@ the same answer, so step ``t`` of both is the same position):
 * ``cb_entropy``: the closed-book entropy at the word's first token, from the top-k with the rest
   of the mass as one bucket (a lower bound on the full entropy; the same estimate on every backend);
 * ``pmi``: ``log p(word | c, q) - log p(word | q)`` (chain rule over its tokens);
-* ``source``: ``memory`` when greedy decoding without the context writes it or a near-tie of it
-  (``cb_logratio >= -log 2``, :data:`MEMORY_TOLERANCE`); otherwise ``context`` when the context states it (its terms are among the context's) or raised it
+* ``in_closed_book``: the model's own closed-book greedy answer (one more generation, when the
+  audit makes it: ``answer_without``) states the phrase (every term of it is among that answer's);
+  ConflictQA's definition of a model's memory answer;
+* ``source``: ``memory`` when the closed-book answer states it or, without a closed-book answer,
+  when greedy decoding without the context (teacher-forced on the answer so far) writes it or a
+  near-tie of it (``cb_logratio >= -log 2``, :data:`MEMORY_TOLERANCE`); otherwise ``context`` when the context states it (its terms are among the context's) or raised it
   beyond the calibrated margin, and ``added`` when neither (the model wrote a content word that is
   in no context and that it would not write without one: "...the Brimwater Observatory in New
   Zealand").
@@ -148,9 +153,17 @@ class FactWord:
     cb_entropy: float
     pmi: float
     in_context: bool
+    #: whether the model's own closed-book greedy answer states it (``None``: not generated)
+    in_closed_book: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def near_greedy(self) -> bool:
+        """Greedy decoding without the context, teacher-forced on the answer so far, writes this
+        phrase or a near-tie of it (:data:`MEMORY_TOLERANCE`)."""
+        return self.cb_logratio >= -MEMORY_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -204,21 +217,22 @@ def _phrases(groups: list[list[int]], is_content: list[bool], texts: list[str]) 
     return out
 
 
-def closed_book_agreement(facts: AnswerFacts, answer_without: str) -> float:
+def closed_book_agreement(facts: AnswerFacts) -> float | None:
     """Share of the answer-bearing phrases that the model's own closed-book greedy answer also states
-    (every term of the phrase is among the closed-book answer's; ConflictQA's definition of a memory
-    answer). Needs a second greedy generation without the context (an option: ``closed_book_agreement``
-    is a verdict candidate only where the trace carries that answer). ``0.5`` with no answer-bearing word.
+    (``in_closed_book``; ConflictQA's definition of a memory answer); ``None`` when no closed-book
+    answer was generated, ``0.5`` with no answer-bearing word.
 
     Example:
-        >>> w = FactWord("Paris", 0, 5, 1, "memory", 1, False, 0.0, True, False, 0.5, 0.1, True)
-        >>> closed_book_agreement(AnswerFacts((w,), False, 20), "The capital of France is Paris.")
+        >>> w = FactWord("Paris", 0, 5, 1, "memory", 1, False, 0.0, True, False, 0.5, 0.1, True, True)
+        >>> closed_book_agreement(AnswerFacts((w,), False, 20))
         1.0
     """
     if not facts.words:
         return 0.5
-    terms = query_terms(answer_without or "")
-    return float(np.mean([supported_by(w.text, terms) for w in facts.words]))
+    flags = [w.in_closed_book for w in facts.words]
+    if any(f is None for f in flags):
+        return None
+    return float(np.mean([bool(f) for f in flags]))
 
 
 def topk_entropy(logprobs: np.ndarray) -> float:
@@ -252,6 +266,7 @@ def fact_words(
     query: str,
     context: str,
     margin: float,
+    answer_without: str | None = None,
 ) -> AnswerFacts:
     """The answer-bearing words of one answer with their counterfactual numbers (module doc).
 
@@ -264,6 +279,7 @@ def fact_words(
         query, context: the inputs (query words are never answer-bearing; the context decides
             ``context`` vs ``added``).
         margin: the profile's token margin (a word the context raised beyond it is ``context``).
+        answer_without: the model's closed-book greedy answer, when the audit generated one.
 
     Raises:
         InputError: arrays whose shapes do not match the pieces (naming the field).
@@ -294,6 +310,7 @@ def fact_words(
     iw, iwo, lpwo = tops["topk_ids_with"], tops["topk_ids_without"], tops["topk_logprobs_without"]
     qterms = query_terms(query)
     cterms = query_terms(context)
+    bterms = None if answer_without is None else query_terms(answer_without)
     groups = word_groups(pieces)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
 
@@ -307,9 +324,16 @@ def fact_words(
         chosen = [g for g in groups if wordlike(text_of(g)) and not supported_by(text_of(g), qterms)]
         fallback = bool(chosen)
     words = []
+    seen: set[frozenset[str]] = set()
     for g in chosen:
         raw = text_of(g)
         text = raw.strip()
+        # a phrase the answer repeats is decided once, where it first appears: a repetition
+        # copies the answer's own earlier words, which the closed-book path then sees too
+        key = query_terms(text)
+        if key in seen:
+            continue
+        seen.add(key)
         lead = len(raw) - len(raw.lstrip())
         start = int(offsets[g[0]]) + lead
         # the phrase is decided where the model commits to it: its first content token (the rest
@@ -322,9 +346,9 @@ def fact_words(
         logratio = float(sum(min(0.0, lwo[i] - lpwo[i, 0]) for i in g))
         pmi = float(sum(lw[i] - lwo[i] for i in g))
         in_ctx = supported_by(text, cterms)
-        src: FactSource = (
-            "memory" if logratio >= -MEMORY_TOLERANCE else ("context" if in_ctx or pmi > margin else "added")
-        )
+        in_cb = None if bterms is None else supported_by(text, bterms)
+        memory = logratio >= -MEMORY_TOLERANCE if in_cb is None else in_cb
+        src: FactSource = "memory" if memory else ("context" if in_ctx or pmi > margin else "added")
         words.append(
             FactWord(
                 text=text,
@@ -340,6 +364,7 @@ def fact_words(
                 cb_entropy=topk_entropy(lpwo[first]),
                 pmi=pmi,
                 in_context=bool(in_ctx),
+                in_closed_book=in_cb,
             )
         )
     return AnswerFacts(words=tuple(words), fallback=fallback, k=int(k))

@@ -144,6 +144,12 @@ class Auditor:
         prof = backend.profile
         check_layout(prof, {**_backend_layout(backend), **(layout or {})})
         rule_obj.check(prof, hidden_states=backend.hidden_states)
+        if rule_obj.needs_hidden_states and prof.crm is None:  # it would never flag: refused, not silent
+            raise InputError(
+                f"the {rule} rule reads CRM, and the profile {prof.path} was calibrated without it: "
+                "calibrate with `mnemoscope calibrate --with-crm`",
+                field="rule",
+            )
         if prof.verdict is not None:
             missing = unmeasurable_signals(
                 prof.verdict.selected_,

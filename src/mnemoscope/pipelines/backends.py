@@ -21,6 +21,7 @@ decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -125,6 +126,8 @@ class LocalBackend:
 
     name = "local"
     hidden_states = True
+    #: the closed-book greedy answer is decoded in lockstep when the profile reads it
+    closed_book_answer = True
 
     def __init__(
         self,
@@ -276,6 +279,8 @@ class EndpointBackend:
 
     name = "endpoint"
     hidden_states = False
+    #: the closed-book greedy answer can be generated (one more completion request per audit)
+    closed_book_answer = True
 
     def __init__(
         self,
@@ -378,9 +383,30 @@ class EndpointBackend:
             max_new_tokens=req.max_new_tokens,
         )
 
+    @property
+    def needs_closed_book(self) -> bool:
+        """Whether the profile's verdict reads the closed-book greedy answer (``closed_book_agreement``)."""
+        v = self.profile.verdict
+        return v is not None and "closed_book_agreement" in v.selected_
+
+    def closed_book(self, trace: PairTrace) -> PairTrace:
+        """The trace with the model's closed-book greedy answer (one more generation, on the
+        no-context prompt, of the profile's T tokens; cut at the profile's stop sequences)."""
+        T = self.profile.max_new_tokens
+        text = str(self.client.completion(trace.prompt_without, max_tokens=T).get("text", ""))
+        lead = len(text) - len(text.lstrip())  # a leading blank line does not end an answer
+        hits = [i for s in self.settings.pair_config.builder.stop if (i := text.find(s, lead)) >= 0]
+        return replace(trace, answer_without=text[: min(hits)] if hits else text)
+
     def run(self, prepared: Sequence[tuple[str, AuditRequest]]) -> list[Traced]:
-        """Trace concurrently (``client.config.concurrency``); a failing record gets its own failure."""
-        got = map_concurrently(lambda p: self.trace_one(*p), list(prepared), self.client.config.concurrency)
+        """Trace concurrently (``client.config.concurrency``); a failing record gets its own failure.
+        A profile that reads the closed-book answer gets it generated here, with the trace."""
+
+        def one(rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
+            t, pieces = self.trace_one(rid, req)
+            return (self.closed_book(t) if self.needs_closed_book else t), pieces
+
+        got = map_concurrently(lambda p: one(*p), list(prepared), self.client.config.concurrency)
         return [failure_of(r) if isinstance(r, BaseException) else (r[0], list(r[1])) for r in got]
 
     def pieces(self, trace: PairTrace) -> list[str]:

@@ -1,6 +1,13 @@
-"""Calibrating an audit profile: fit CRM + its anomaly rule, RePCS's tau, the token margin and the
-verdict model on labelled records (``mnemoscope calibrate``; the endpoint variant is
-:func:`mnemoscope.pipelines.endpoint.calibrate_endpoint_profile`, which calls :func:`fit_verdict`).
+"""Calibrating an audit profile: fit RePCS's tau, the token margin and the verdict model (and,
+with ``with_crm``, CRM + its anomaly rule) on labelled records (``mnemoscope calibrate``; the
+endpoint variant is :func:`mnemoscope.pipelines.endpoint.calibrate_endpoint_profile`, which calls
+:func:`fit_verdict`).
+
+**What is traced.** Each record once, both paths and the closed-book answer decoded together in
+padded batches (:mod:`mnemoscope.trace.lockstep`, the audits' own decoder). The hidden states
+are traced, and CRM fitted, only with ``with_crm`` (``calibrate --with-crm``, or a CRM signal
+asked for): the default verdict's signals are black-box, and the hidden states would cost the
+tracing and every later read of the folder for a CRM nobody uses.
 
 :func:`fit_verdict` is the one place the verdict model and the token margin are fitted: the
 profile build, the endpoint calibration and ``benchmarks/verdict_eval.py`` (on each training
@@ -16,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,6 @@ import numpy as np
 
 from mnemoscope.bench.label_check import LabelCheck, check_verifiable, gold_answers, verify_labels
 from mnemoscope.data.records import Record, RecordError
-from mnemoscope.detectors.crm_artifact import save_crm
 from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import QUERY_MATCH
@@ -91,6 +97,57 @@ def record_groups(records: Sequence[Any]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Labels:
+    """What a calibration without CRM reads of :class:`~mnemoscope.features.crm.CRMData`: the
+    labels (CRM's features are made of hidden states, which such a calibration does not trace)."""
+
+    labels: np.ndarray | None
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def subset(self, idx: np.ndarray) -> _Labels:
+        ix = np.asarray(idx, int)
+        return _Labels(None if self.labels is None else self.labels[ix], len(ix))
+
+    def with_labels(self, labels: np.ndarray) -> _Labels:
+        return _Labels(np.asarray(labels, int), self.n)
+
+
+@dataclass(frozen=True)
+class _PairsFolder:
+    """The traced pairs of a calibration without CRM (the shape :func:`_restrict` and
+    :func:`_fit_local` read of a :class:`~mnemoscope.pipelines.crm.extract.CRMFolder`)."""
+
+    data: _Labels
+    pairs: list[Any]
+    token_stats: None = None
+
+
+def _pairs_folder(folder: Path) -> _PairsFolder:
+    from mnemoscope.trace.store import load_traces
+
+    pairs = list(load_traces(folder))
+    lab = [t.label for t in pairs]
+    labels = None if any(v is None for v in lab) else np.asarray(lab, dtype=np.int64)
+    return _PairsFolder(data=_Labels(labels, len(pairs)), pairs=pairs)
+
+
+def _stored_hidden(folder: Path) -> bool | None:
+    """Whether the pair folder a resumed calibration finds holds hidden states (``None``: no
+    folder yet)."""
+    meta = folder / "meta.json"
+    if not meta.is_file():
+        return None
+    try:
+        settings = json.loads(meta.read_text()).get("settings") or {}
+    except json.JSONDecodeError:
+        return None  # TraceWriter names the corrupt file
+    return bool(settings.get("hidden", True))
+
+
 def calibrate_profile(
     lm: Any,
     records: Sequence[Record],
@@ -105,15 +162,20 @@ def calibrate_profile(
 ) -> AuditProfile:
     """Trace ``records`` once (resumable, under ``traces_dir`` or ``out/traces``; the closed-book
     answer included), verify their labels on this model (``config.labels``), split the kept ones by
-    fact into a calibration and a held-out part, fit CRM + anomaly rule + RePCS + the verdict model
-    on the calibration part, save, then audit the held-out part with the saved profile (scoring the
-    traces; ``timing_sample`` held-out items are also audited live to time an audit) and write the
-    validation card (:mod:`mnemoscope.pipelines.validation`).
+    fact into a calibration and a held-out part, fit RePCS + the verdict model (+ CRM and its
+    anomaly rule with ``config.with_crm``) on the calibration part, save, then audit the held-out
+    part with the saved profile (scoring the traces; ``timing_sample`` held-out items are also
+    audited live to time an audit) and write the validation card
+    (:mod:`mnemoscope.pipelines.validation`).
+
+    A trace folder already holding hidden states (an older calibration's, or one with CRM) is
+    resumed as it is, hidden states included.
 
     Raises:
         InputError: too few usable records, every item failing verification, too few verified
             items per class (the counts named), a label vector that cannot fit what was asked
-            (a classifier needs both labels), or no clean record to calibrate on.
+            (a classifier needs both labels), no clean record to calibrate on, or CRM asked on a
+            trace folder made without hidden states.
     """
     from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
 
@@ -123,8 +185,15 @@ def calibrate_profile(
         check_verifiable(records)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    use_l1 = "l1" in c.levels
+    use_l1 = c.with_crm and "l1" in c.levels
     tdir = Path(traces_dir) if traces_dir is not None else out / "traces"
+    stored_hidden = None if overwrite else _stored_hidden(tdir / "pairs")
+    if c.with_crm and stored_hidden is False:
+        raise InputError(
+            f"{tdir / 'pairs'} holds traces made without hidden states (a calibration without CRM), "
+            "and CRM is made of them: pass --overwrite to trace again, or another --out",
+            field="with_crm",
+        )
     ex_cfg = CRMExtractConfig(
         template=c.template,
         task=c.task,  # type: ignore[arg-type]
@@ -136,6 +205,8 @@ def calibrate_profile(
         logit_lens=False,
         gradient_norm=False,
         embedder=c.embedder if use_l1 else "none",
+        hidden=c.with_crm or bool(stored_hidden),
+        decode="lockstep",
     ).resolved(lm)
     stops = tuple(c.stop) if c.stop is not None else default_stops(bool(ex_cfg.chat))
     if stops and "stop" in {f.name for f in fields(ex_cfg)}:
@@ -146,26 +217,22 @@ def calibrate_profile(
     before = set() if overwrite else stored_ids(tdir / "pairs")
     draw, pool = None, records
     if c.per_class is not None:
-        from mnemoscope.trace.store import load_traces
+        from mnemoscope.trace.store import load_answers
 
         first = [overwrite]
 
-        def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str]]:
+        def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str | None]]:
             extract(lm, chosen, tdir, ex_cfg, overwrite=first[0], progress=progress)
             first[0] = False
-            ids = {r.id for r in chosen}
-            return {
-                str(t.id): (t.answer_with, t.answer_without)
-                for t in load_traces(tdir / "pairs").traces
-                if t.id in ids
-            }
+            # the answers only: not every trace of every round read back, arrays included
+            return load_answers(tdir / "pairs", [r.id for r in chosen])
 
         draw = draw_for_config(c, records, answers_for, progress=progress)
         records, overwrite = draw.records, False
     summary = extract(
         lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
     )
-    folder = load_folder(tdir, keep_without=False)
+    folder: Any = load_folder(tdir, keep_without=False) if c.with_crm else _pairs_folder(tdir / "pairs")
     by_id = {r.id: r for r in records}
     idx = [i for i, t in enumerate(folder.pairs) if t.id in by_id]
     answers = {folder.pairs[i].id: (folder.pairs[i].answer_with, folder.pairs[i].answer_without) for i in idx}
@@ -210,7 +277,9 @@ def calibrate_profile(
             "n_errors": summary.get("n_errors", 0),
         }
     )
-    header["profile_hash"] = profile_hash(header, (out / "crm.npz").read_bytes())
+    if not c.with_crm:  # a crm.npz of an earlier calibration into this folder is no part of this profile
+        (out / "crm.npz").unlink(missing_ok=True)
+    header["profile_hash"] = profile_hash(header, (out / "crm.npz").read_bytes() if c.with_crm else None)
     atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
     prof = load_profile(out, model=lm.info)
     fit_seconds = time.perf_counter() - t0
@@ -321,31 +390,21 @@ def _held_out_local(
     )
 
 
-def _fit_local(
-    lm: Any,
-    folder: Any,
-    c: CalibrationConfig,
-    ex_cfg: Any,
-    out: Path,
-    kinds: Sequence[str | None] | None = None,
-) -> dict[str, Any]:
-    """Fit CRM + anomaly rule + RePCS + the verdict model on ``folder``; save ``crm.npz``; the header."""
-    from mnemoscope.detectors.repcs import RePCS
+def _fit_crm_part(
+    folder: Any, c: CalibrationConfig, out: Path, kinds: Sequence[str | None] | None
+) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None]:
+    """Fit CRM + its anomaly rule on ``folder`` (a :class:`~mnemoscope.pipelines.crm.extract.CRMFolder`)
+    and save ``crm.npz``: the header's ``crm`` and ``anomaly`` blocks, the verdict's conformal
+    records and CRM's probability per record (both ``None`` unless ``crm_probability`` is a
+    verdict candidate)."""
+    from mnemoscope.detectors.crm_artifact import save_crm
     from mnemoscope.pipelines.crm.eval import CRMEvalConfig
     from mnemoscope.pipelines.crm.run import fit_crm
 
     data, pairs = folder.data, folder.pairs
     n = len(data)
-    if n < 4:
-        raise InputError(f"calibration needs at least 4 traced records, got {n}")
     labels = data.labels
     clean = np.ones(n, bool) if labels is None else labels == 0
-    n_clean = int(clean.sum())
-    if n_clean < 2:
-        raise InputError(
-            f"calibration needs at least 2 clean records (label 0, or unlabelled input); got {n_clean}",
-            field="label",
-        )
     two_classes = labels is not None and len(np.unique(labels)) == 2
     kind = c.classifier
     if kind == "auto":
@@ -364,6 +423,7 @@ def _fit_local(
     # held-out clean records set the anomaly threshold; the rest fit directions and mu/sigma
     rng = np.random.default_rng(c.seed)
     clean_idx = np.flatnonzero(clean)
+    n_clean = len(clean_idx)
     n_hold = round(c.threshold_fraction * n_clean) if c.rule == "calibrated" else 0
     n_hold = min(n_hold, n_clean - 2)
     hold = np.sort(rng.permutation(clean_idx)[:n_hold]) if n_hold > 0 else np.array([], int)
@@ -402,9 +462,6 @@ def _fit_local(
     )
     save_crm(crm, out / "crm.npz")
 
-    repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
-    repcs.fit(pairs, None if labels is None else labels)
-    rec = repcs.calibration_record()
     crm_prob = None
     if conf_records is not None:
         # the verdict fits on out-of-fold probabilities of the records outside its conformal set
@@ -414,17 +471,7 @@ def _fit_local(
         crm_prob[rest] = oof_crm_probability(replace(folder, data=data.subset(rest)), kind, c)
         if len(conf_records):
             crm_prob[conf_records] = crm.predict_proba(data.subset(conf_records))
-    margin, verdict = fit_verdict(
-        lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records, kinds=kinds
-    )
-
-    return {
-        "format": PROFILE_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": lm.info.to_dict(),
-        "prompt": ex_cfg.pair_config().builder.to_dict(),
-        "max_new_tokens": c.max_new_tokens,
-        "config": asdict(c),
+    part = {
         "crm": {
             "file": "crm.npz",
             "content_hash": crm.content_hash,
@@ -445,6 +492,54 @@ def _fit_local(
                 )
             ),
         },
+    }
+    return part, conf_records, crm_prob
+
+
+def _fit_local(
+    lm: Any,
+    folder: Any,
+    c: CalibrationConfig,
+    ex_cfg: Any,
+    out: Path,
+    kinds: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
+    """Fit RePCS + the verdict model (+ CRM and its anomaly rule with ``c.with_crm``, saved to
+    ``crm.npz``) on ``folder``; the header."""
+    from mnemoscope.detectors.repcs import RePCS
+
+    data, pairs = folder.data, folder.pairs
+    n = len(data)
+    if n < 4:
+        raise InputError(f"calibration needs at least 4 traced records, got {n}")
+    labels = data.labels
+    clean = np.ones(n, bool) if labels is None else labels == 0
+    n_clean = int(clean.sum())
+    if n_clean < 2:
+        raise InputError(
+            f"calibration needs at least 2 clean records (label 0, or unlabelled input); got {n_clean}",
+            field="label",
+        )
+    crm_part: dict[str, Any] = {"crm": None, "anomaly": None}
+    conf_records = crm_prob = None
+    if c.with_crm:
+        crm_part, conf_records, crm_prob = _fit_crm_part(folder, c, out, kinds)
+
+    repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
+    repcs.fit(pairs, None if labels is None else labels)
+    rec = repcs.calibration_record()
+    margin, verdict = fit_verdict(
+        lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records, kinds=kinds
+    )
+
+    return {
+        "format": PROFILE_FORMAT,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": lm.info.to_dict(),
+        "prompt": ex_cfg.pair_config().builder.to_dict(),
+        "max_new_tokens": c.max_new_tokens,
+        "config": asdict(c),
+        **crm_part,
         "repcs": rec,
         # the three-way source follows the answer-bearing words (pipelines.verdict.decide_source_facts)
         "source_rule": "facts",

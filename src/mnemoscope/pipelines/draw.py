@@ -23,7 +23,10 @@ model: a 135M model answers few well-known facts closed-book, an 8B model answer
 
 The tracing itself is a callback (``answers_for``), so the in-process calibration and the
 endpoint calibration share this one drawing rule; both trace resumably, so a re-run of a
-stopped calibration re-traces nothing and draws the same records (the order is seeded).
+stopped calibration re-traces nothing and draws the same records (the order is seeded). The
+callback is called after every round with every record drawn so far and returns their answers
+only: the in-process one reads them with :func:`~mnemoscope.trace.store.load_answers`, never the
+whole trace folder.
 
 Example:
     >>> recs = [{"id": f"m{i}", "label": 1, "kind": "memorized", "answer": "Paris"} for i in range(6)]
@@ -50,7 +53,8 @@ from mnemoscope.errors import InputError
 
 __all__ = ["DrawResult", "draw_for_config", "draw_order", "draw_until", "queue_of"]
 
-Answers = Mapping[str, tuple[str, str]]
+#: ``{id: (answer with the context, closed-book answer)}`` of the records a round traced
+Answers = Mapping[str, tuple[str, str | None]]
 
 
 def queue_of(record: Any) -> str:

@@ -25,13 +25,14 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from mnemoscope.detectors.repcs import RePCS
+from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.models.endpoint import (
@@ -42,7 +43,6 @@ from mnemoscope.models.endpoint import (
 )
 from mnemoscope.pipelines.audit import Auditor, AuditResult, Rule
 from mnemoscope.pipelines.backends import EndpointBackend, check_endpoint_identity
-from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 from mnemoscope.pipelines.calibrate import data_hash, fit_verdict
 from mnemoscope.pipelines.profile import (
     BLACK_BOX_SIGNALS,
@@ -371,7 +371,10 @@ def calibrate_endpoint_profile(
         check_class_counts(check, c.min_per_class)
     dec = {d.id: d for d in check.decisions}
     keep = [i for i, t in enumerate(traced.traces) if dec[t.id].keep]
-    pairs_v = [traced.traces[i] for i in keep]
+    # the closed-book answer travels with its trace (the verdict's closed_book_agreement reads it)
+    pairs_v = [
+        replace(traced.traces[i], answer_without=traced.closed_book[traced.traces[i].id]) for i in keep
+    ]
     pieces_v = [traced.pieces[i] for i in keep]
     recs_v = [traced.records[i] for i in keep]
     labels_list = [dec[t.id].label for t in pairs_v]

@@ -2,13 +2,15 @@
 
 A profile folder holds
 
-* ``crm.npz``: the CRM artefact (:mod:`mnemoscope.detectors.crm_artifact`): target layers,
-  per-layer directions, the calibration mean/std of each layer's LTS and, when the input
-  has both labels, a fitted classifier;
+* ``crm.npz`` (only when calibrated with CRM, ``calibrate --with-crm``): the CRM artefact
+  (:mod:`mnemoscope.detectors.crm_artifact`): target layers, per-layer directions, the
+  calibration mean/std of each layer's LTS and, when the input has both labels, a fitted
+  classifier;
 * ``profile.json``: the model identity, the prompt settings every audit must reuse, the
-  anomaly rule, the RePCS threshold tau with its calibration record, a SHA-256 of the
-  calibration data and the profile's own content hash (over ``profile.json`` without the
-  hash and the bytes of ``crm.npz``);
+  anomaly rule (with CRM; ``"crm"`` and ``"anomaly"`` are ``null`` without), the RePCS
+  threshold tau with its calibration record, a SHA-256 of the calibration data and the
+  profile's own content hash (over ``profile.json`` without the hash and, with CRM, the bytes
+  of ``crm.npz``);
 * ``traces/``: the paired traces of the calibration records (resumable extraction);
 * ``validation.json`` + ``held_out.jsonl``: the validation card and the held-out audits it is
   computed from (:mod:`mnemoscope.pipelines.validation`), tied to the profile by its hash.
@@ -78,10 +80,8 @@ ENDPOINT_PROFILE_FORMAT = "mnemoscope-endpoint-profile/1"
 #: the signals measurable over an endpoint (no hidden states over HTTP)
 # every verdict signal that needs no hidden states: the whole-answer ones and those on the
 # answer-bearing words (features.facts), measured alike in process and over an endpoint
-# (closed_book_agreement needs a second, closed-book generation: in process only)
-BLACK_BOX_SIGNALS: tuple[str, ...] = tuple(
-    x for x in SIGNALS if x not in ("lts_score", "crm_probability", "closed_book_agreement")
-)
+# (closed_book_agreement costs one more generation, on either backend)
+BLACK_BOX_SIGNALS: tuple[str, ...] = tuple(x for x in SIGNALS if x not in ("lts_score", "crm_probability"))
 log = logging.getLogger(__name__)
 
 
@@ -96,7 +96,12 @@ class CalibrationConfig:
     Attributes:
         template, task, chat: prompt settings (stored; the server reuses them exactly).
         max_new_tokens: T, generated positions per audit (RePCS and CRM Level 2).
-        batch_size: prompts per forward during calibration.
+        batch_size: records decoded together during calibration (both paths and the closed-book
+            answer: three rows each). 16: a decode step's cost is mostly reading the weights, so
+            more rows per step is cheaper per record (SmolLM2-135M, one thread: 1.3x the records
+            per second of batch 8, ``benchmarks/results/calibration/bench_calibrate.json``); the
+            per-step logits kept for the two paths grow with it (``2 x batch x T x vocabulary``
+            floats: 0.2 GB for SmolLM2, 1.1 GB for a 262k vocabulary at T = 32).
         classifier: ``"lr"``, ``"xgb"`` or ``"none"``; ``"auto"`` fits LR when the records
             have both labels and skips the classifier otherwise.
         levels: CRM feature levels of the classifier. Level 1 needs a second generation and
@@ -134,13 +139,20 @@ class CalibrationConfig:
         per_class: draw records in rounds until this many answers of each class verify
             (:func:`mnemoscope.pipelines.draw.draw_until`); ``None`` = trace every record given.
         max_traced: with ``per_class``, stop drawing after this many records.
+        with_crm: also trace the hidden states and fit CRM (its directions, the anomaly rule
+            and classifier: ``crm.npz``). Off by default: the verdict's default signals are
+            black-box, and without CRM the tracing keeps no hidden states and decodes the
+            closed-book answer in the same batch (:mod:`mnemoscope.trace.lockstep`); the
+            profile then has no anomaly rule and its audits no ``crm`` block. Set
+            automatically when CRM's classifier is asked for: ``crm_probability`` in
+            ``verdict_candidates``, or ``classifier`` ``"lr"`` / ``"xgb"``.
     """
 
     template: str = "A"
     task: str = "plain"
     chat: bool | Literal["auto"] = "auto"
     max_new_tokens: int = 32
-    batch_size: int = 8
+    batch_size: int = 16
     classifier: Literal["auto", "lr", "xgb", "none"] = "auto"
     levels: tuple[str, ...] = ("l2", "l3")
     embedder: str = "default"
@@ -163,6 +175,13 @@ class CalibrationConfig:
     stop: tuple[str, ...] | None = None
     per_class: int | None = None
     max_traced: int | None = None
+    with_crm: bool = False
+
+    def __post_init__(self) -> None:
+        # CRM's classifier, as a verdict signal or asked by name, is CRM: its hidden states, its fit
+        asked = "crm_probability" in self.verdict_candidates or self.classifier in ("lr", "xgb")
+        if asked and not self.with_crm:
+            object.__setattr__(self, "with_crm", True)
 
 
 @dataclass(frozen=True)
@@ -176,9 +195,11 @@ class EndpointSettings:
 
 @dataclass
 class AuditProfile:
-    """A loaded, verified profile: in-process (``backend="local"``: CRM artefact, hidden-state
-    signals) or calibrated against a served model (``backend="endpoint"``: no CRM, the
-    black-box signals only, plus :attr:`endpoint`)."""
+    """A loaded, verified profile: in-process (``backend="local"``: the CRM artefact and its
+    hidden-state signals when calibrated with CRM, else ``crm`` is ``None``) or calibrated
+    against a served model (``backend="endpoint"``: no CRM, the black-box signals only, plus
+    :attr:`endpoint`). Without CRM, :attr:`anomaly` holds the rule's defaults and is never
+    applied (audits measure no LTS)."""
 
     path: Path
     header: dict[str, Any]
@@ -240,7 +261,8 @@ class AuditProfile:
             # the closed-book greedy answer: CRM level 1, or a verdict that reads its agreement
             answer_without=self.needs_level1
             or (self.verdict is not None and "closed_book_agreement" in self.verdict.selected_),
-            hidden=True,
+            # hidden states are what CRM reads: a profile calibrated without CRM never needs them
+            hidden=self.crm is not None,
         )
 
     def check_model(self, info: Any) -> None:
@@ -313,9 +335,13 @@ def check_layout(profile: AuditProfile, asked: dict[str, Any]) -> None:
 
 
 def profile_hash(header: dict[str, Any], crm_bytes: bytes | None = None) -> str:
-    """The content hash of a profile: ``profile.json`` without its hash (and ``crm.npz``'s bytes)."""
+    """The content hash of a profile: ``profile.json`` without its hash (and ``crm.npz``'s bytes).
+
+    ``crm_bytes`` is ``None`` for a profile without CRM (an endpoint profile, or one calibrated
+    in process without ``with_crm``): its header is all there is to hash.
+    """
     body = canonical_json({k: v for k, v in header.items() if k != "profile_hash"})
-    if crm_bytes is None:  # an endpoint profile: the header is everything
+    if crm_bytes is None:  # no crm.npz: the header is everything
         return hashlib.sha256(body).hexdigest()
     h = hashlib.sha256()
     h.update(body)
@@ -471,24 +497,33 @@ def _load_local(path: Path, header: dict[str, Any]) -> AuditProfile:
     hp = path / "profile.json"
     if header.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{hp}: format {header.get('format')!r} is not {PROFILE_FORMAT!r}")
-    crm_path = path / header["crm"]["file"]
-    if not crm_path.is_file():
-        raise ProfileError(f"{path}: {crm_path.name} is missing")
-    got = profile_hash(header, crm_path.read_bytes())
-    if got != header.get("profile_hash"):
-        raise ProfileError(
-            f"{path}: profile hash mismatch (profile.json or crm.npz altered after calibration)"
-        )
-    try:
-        crm = load_crm(crm_path)
-    except ModelMismatchError as e:  # pragma: no cover - load_crm without model never raises it
-        raise ProfileError(str(e)) from e
-    a = header["anomaly"]
+    crm: FittedCRM | None = None
+    if header.get("crm") is None:  # calibrated without CRM: profile.json is the whole profile
+        got = profile_hash(header)
+        if got != header.get("profile_hash"):
+            raise ProfileError(f"{path}: profile hash mismatch (profile.json altered after calibration)")
+    else:
+        crm_path = path / header["crm"]["file"]
+        if not crm_path.is_file():
+            raise ProfileError(f"{path}: {crm_path.name} is missing")
+        got = profile_hash(header, crm_path.read_bytes())
+        if got != header.get("profile_hash"):
+            raise ProfileError(
+                f"{path}: profile hash mismatch (profile.json or crm.npz altered after calibration)"
+            )
+        try:
+            crm = load_crm(crm_path)
+        except ModelMismatchError as e:  # pragma: no cover - load_crm without model never raises it
+            raise ProfileError(str(e)) from e
+    a = header.get("anomaly")
     return AuditProfile(
         path=path,
         header=header,
         crm=crm,
-        anomaly=AnomalyRule(
+        # without CRM there is no anomaly rule: the defaults stand in, never applied (no LTS)
+        anomaly=AnomalyRule()
+        if a is None
+        else AnomalyRule(
             k_sigma=float(a["k_sigma"]),
             rule=a["rule"],
             alpha=float(a["alpha"]),

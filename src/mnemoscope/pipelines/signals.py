@@ -172,8 +172,9 @@ def measure(
         "context_token_fraction": 0.5 if frac is None else float(frac),
         **fact_signals(facts),
     }
-    if trace.answer_without is not None:  # the closed-book greedy answer, when it was generated
-        values["closed_book_agreement"] = closed_book_agreement(facts, trace.answer_without)
+    agree = closed_book_agreement(facts)  # when the closed-book greedy answer was generated
+    if agree is not None:
+        values["closed_book_agreement"] = agree
     crm_m: CRMMeasure | None = None
     if crm is not None and anomaly is not None and trace.h_with is not None and trace.h_without is not None:
         lts = crm.lts(trace.displacement)
@@ -216,6 +217,7 @@ def answer_facts(trace: PairTrace, pieces: Sequence[str], *, margin: float) -> A
         query=trace.query,
         context=trace.context,
         margin=margin,
+        answer_without=trace.answer_without,
     )
 
 

@@ -388,8 +388,9 @@ def decide_source_facts(
     model's own). The memory flag (the calibrated, certified decision on p_memory) and the words:
 
     * no answer-bearing word: ``undetermined`` (nothing beyond the query to attribute);
-    * flagged: ``memory``, or ``mixed`` when a context word stands next to a memory word (the fact is
-      from memory, the context supplied another);
+    * flagged: ``memory``, or ``mixed`` when a context word the model would not write without the
+      context stands next to a memory word (the fact is from memory, the context supplied another;
+      context words it would write anyway are the context paraphrased around the fact);
     * not flagged: ``context`` when a context word states the answer and no word came from memory or
       from the model alone; ``mixed`` when a context word stands next to a memory word or next to a
       word the model added that no context says ("...observatory in New Zealand"); with no context
@@ -407,7 +408,11 @@ def decide_source_facts(
     ctx = [w for w in ws if w.source == "context"]
     add = [w for w in ws if w.source == "added"]
     if memory_flag:
-        if ctx and mem:
+        # a context phrase the model would write anyway (teacher-forced closed-book greedy) is the
+        # context paraphrased around a fact from memory, not a second source
+        switched = [w for w in ctx if not w.near_greedy]
+        if switched and mem:
+            ctx = switched
             return "mixed", (
                 f"Mostly from memory (the flag fired): the model would write {_named(mem)} without the context, "
                 f"while {_named(ctx)} comes from the context."

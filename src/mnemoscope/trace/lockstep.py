@@ -16,6 +16,22 @@ same model, the same prefix; up to float rounding of cached vs full attention, ~
 log-probability on CPU float32, tested < 1e-4), and the result is the same
 :class:`~mnemoscope.trace.types.PairTrace`, so every consumer works unchanged.
 
+**The closed-book answer** (``config.answer_without``: what label verification and CRM Level 1
+read) is decoded in the same batch: ``B`` more rows, copies of the no-context rows after the
+prefill (the same prompt, so no second prefill), each fed its own greedy token. It is the
+answer :meth:`~mnemoscope.trace.tracer.Tracer.generate` gives (greedy, up to T tokens, the EOS
+kept), cut at the stop sequences the same way. One padded batch of ``3B`` rows thus replaces a
+generation, two teacher-forced forwards and a second generation.
+
+**Per-row early stop.** A row whose answer ended (EOS, a stop sequence, T tokens) leaves the
+batch: its KV cache rows are dropped, so the remaining steps cost what the unfinished rows
+cost; the others' arithmetic is unchanged (attention is per row).
+
+**A shared prompt prefix** (a chat template's system turn, the same in every row) is prefilled
+once and its cache repeated for every row, each row's own tokens following it
+(:func:`_prefill`; not with sliding-window layers shorter than the sequence, nor for a model
+without position ids). The default model's calibration prompts share their first 26 tokens.
+
 With stop sequences (``config.builder.stop``), a generated row stops decoding once its text
 holds one, and its answer is cut at a token boundary before it
 (:func:`~mnemoscope.trace.pair.cut_at_stop`); the per-step distributions of the dropped tokens
@@ -92,16 +108,129 @@ def trace_lockstep(
     return out
 
 
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward returned (``cache`` in transformers >= 5.x, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
 def _cache_kwargs(model: Any, out: Any) -> dict[str, Any]:
     """The KV cache of ``out`` as the next call's argument (``cache`` in transformers >= 5.x,
     ``past_key_values`` before)."""
     import inspect
 
     params = inspect.signature(model.forward).parameters
-    cache = getattr(out, "cache", None)
-    if cache is None:
-        cache = getattr(out, "past_key_values", None)
+    cache = _cache_of(out)
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
+
+
+def _selectable(cache: Any) -> bool:
+    """Whether rows of the cache can be selected (and repeated) in place: how finished rows
+    leave the batch and how the closed-book rows share the no-context prefill."""
+    return callable(getattr(cache, "batch_select_indices", None))
+
+
+#: the shortest prompt prefix common to every row of a batch that is prefilled once for all
+#: of them (a chat template's system turn: 26 tokens of SmolLM2's 47-72-token calibration prompts)
+MIN_SHARED_PREFIX = 8
+
+
+def _sliding_window(config: Any) -> int | None:
+    """The attention window of the model's sliding layers (``None``: every layer attends to all)."""
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None and not any("sliding" in str(t) for t in types):
+        return None
+    return int(window)
+
+
+def _shared_prefix(tracer: Tracer, rows: Sequence[Sequence[int]], extra: int) -> int:
+    """How many leading tokens every row shares, when worth one prefill for all (else 0).
+
+    Each row keeps at least its last prompt token (its logits and states are read there). A model
+    without position ids cannot continue a cache past padding; with sliding-window layers the
+    padding between the prefix and a row's own tokens would count against the window, so sharing
+    needs the longest sequence (``extra`` generated tokens included) to fit in it.
+    """
+    if len(rows) < 2 or not tracer.has_position_ids:
+        return 0
+    first, n = rows[0], min(len(r) for r in rows) - 1
+    k = 0
+    while k < n and all(r[k] == first[k] for r in rows):
+        k += 1
+    if k < MIN_SHARED_PREFIX:
+        return 0
+    window = _sliding_window(tracer.model.config)
+    if window is not None and max(len(r) for r in rows) + extra > window:
+        return 0
+    return k
+
+
+def _prefill(
+    tracer: Tracer, rows: list[list[int]], hidden: bool, *, extra: int
+) -> tuple[Any, Any, Any, torch.Tensor, torch.Tensor, bool]:
+    """The first forward of a lockstep batch: ``(output, hidden [R layer d] or None, pre-norm
+    states or None, attention mask, position ids, whether the mask must be passed)``.
+
+    Rows are left-padded together. When they share a prefix (:func:`_shared_prefix`), it is
+    prefilled once and its cache repeated for every row; each row's own tokens follow,
+    left-padded after the prefix (masked), with position ids continuing from it: the same
+    attention as the unshared prefill, without computing the prefix ``R`` times.
+    """
+    model = tracer.model
+    shared = _shared_prefix(tracer, rows, extra)
+    past: dict[str, Any] = {}
+    if shared:
+        head = torch.tensor([list(rows[0][:shared])], dtype=torch.long, device=tracer.lm.device)
+        kw: dict[str, Any] = {
+            "input_ids": head,
+            "use_cache": True,
+            "position_ids": torch.arange(shared)[None].to(head.device),
+        }
+        if tracer.has_logits_to_keep:
+            kw["logits_to_keep"] = 1
+        first = model(**kw)
+        cache = _cache_of(first)
+        if _selectable(cache):
+            cache.batch_select_indices(torch.zeros(len(rows), dtype=torch.long, device=head.device))
+            past = _cache_kwargs(model, first)
+        else:  # a cache that cannot repeat its row: prefill every row whole
+            shared = 0
+    ids, mask, pos, pads = tracer.pad([list(r[shared:]) for r in rows])
+    width = ids.shape[1]
+    use_mask = any(pads)  # no padding: let the model take its causal fast path
+    if shared:
+        mask = torch.cat([torch.ones((len(rows), shared), dtype=mask.dtype, device=mask.device), mask], dim=1)
+        pos = pos + shared
+    kwargs: dict[str, Any] = {"input_ids": ids, "use_cache": True, **past}
+    if use_mask:
+        kwargs["attention_mask"] = mask
+    if tracer.has_position_ids:
+        kwargs["position_ids"] = pos
+    if tracer.has_logits_to_keep:
+        kwargs["logits_to_keep"] = 1
+    h = pre = None
+    arch = tracer.lm.arch
+    if hidden and arch is not None:
+        cap = StateCapture(
+            model, arch, torch.full((len(rows),), width - 1, dtype=torch.long), all_positions=False
+        )
+        with registered_hooks(cap.specs()):
+            out = model(**kwargs)
+        h, pre = cap.result()
+    elif hidden:
+        out = model(**kwargs, output_hidden_states=True)
+        h = torch.stack([st[:, -1] for st in out.hidden_states], dim=1)
+    else:
+        out = model(**kwargs)
+    return out, h, pre, mask, pos, use_mask
+
+
+# the three kinds of decoded row: the with-context path (greedy, or the given answer), the
+# no-context path fed the same tokens, the closed-book path (greedy on its own tokens)
+_WITH, _WITHOUT, _CLOSED = 0, 1, 2
 
 
 @torch.no_grad()
@@ -123,68 +252,103 @@ def _lockstep_batch(
         tw, h_w, pre_w = teacher_forced(tracer, [p.ids_with for p in batch], given, config)
         to, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], given, config)
         return build_pair_traces(tracer, batch, given, tw, to, (h_w, pre_w, h_o, pre_o), config)
+    lockstep = schedule == "lockstep"
+    # the prefill: the with-context rows, then the no-context prompts (the no-context path under
+    # lockstep; under fused, only as the closed-book rows' start)
     rows = [p.ids_with for p in batch]
-    if schedule == "lockstep":
+    if lockstep or config.answer_without:
         rows += [p.ids_without for p in batch]
     R = len(rows)
-    ids, mask, pos, pads = tracer.pad(rows)
-    width = ids.shape[1]
-    use_mask = any(pads)  # no padding: let the model take its causal fast path
+    out, h, pre, mask, pos, use_mask = _prefill(
+        tracer, rows, config.hidden, extra=max([*limits, config.max_new_tokens])
+    )
+    ids_device = mask.device
 
-    kwargs: dict[str, Any] = {"input_ids": ids, "use_cache": True}
-    if use_mask:
-        kwargs["attention_mask"] = mask
-    if tracer.has_position_ids:
-        kwargs["position_ids"] = pos
-    if tracer.has_logits_to_keep:
-        kwargs["logits_to_keep"] = 1
-    h = pre = None
-    arch = tracer.lm.arch
-    if config.hidden and arch is not None:
-        cap = StateCapture(model, arch, torch.full((R,), width - 1, dtype=torch.long), all_positions=False)
-        with registered_hooks(cap.specs()):
-            out = model(**kwargs)
-        h, pre = cap.result()
-    elif config.hidden:
-        out = model(**kwargs, output_hidden_states=True)
-        h = torch.stack([st[:, -1] for st in out.hidden_states], dim=1)
-    else:
-        out = model(**kwargs)
+    meta = [(_WITH, b) for b in range(B)]
+    if lockstep:
+        meta += [(_WITHOUT, b) for b in range(B)]
+    cache = _cache_of(out)
+    prunable = _selectable(cache)
+    last_logits = out.logits[:, -1].float()
+    next_pos = pos[:, -1:] + 1
+    # the closed-book answer (config.answer_without) decodes in the same batch: under lockstep
+    # its rows are copies of the no-context rows after the prefill (the same prompt), under fused
+    # they are the prefill's second half; a cache that cannot copy rows leaves it to
+    # build_pair_traces, which generates it apart
+    closed = config.answer_without and (prunable or not lockstep)
+    if closed and lockstep:
+        sel = list(range(R)) + list(range(B, R))
+        idx = torch.tensor(sel, dtype=torch.long, device=ids_device)
+        cache.batch_select_indices(idx)
+        mask, next_pos, last_logits = mask[idx], next_pos[idx], last_logits[idx]
+    if closed:
+        meta += [(_CLOSED, b) for b in range(B)]
 
     answers: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
+    closed_answers: list[list[int]] = [[] for _ in range(B)]
+    closed_done = [not closed] * B
     stops = config.builder.stop
     logits_w: list[list[torch.Tensor]] = [[] for _ in range(B)]
     logits_o: list[list[torch.Tensor]] = [[] for _ in range(B)]
-    next_pos = pos[:, -1:] + 1
-    for t in range(max(limits)):
-        last_logits = out.logits[:, -1].float()
-        step = torch.empty(B, dtype=torch.long)
+    steps = max([*limits, config.max_new_tokens if closed else 0])
+    for t in range(steps):
+        row_of = {m: r for r, m in enumerate(meta)}
+        greedy = last_logits.argmax(-1).tolist()
         for b in range(B):
             if done[b]:
-                step[b] = tracer.pad_id
                 continue
+            rw = row_of[(_WITH, b)]
             f = forced[b]
-            y = int(f[t]) if f is not None else int(last_logits[b].argmax())
+            y = int(f[t]) if f is not None else int(greedy[rw])
             answers[b].append(y)
-            logits_w[b].append(last_logits[b])
-            if schedule == "lockstep":
-                logits_o[b].append(last_logits[B + b])
-            step[b] = y
+            logits_w[b].append(last_logits[rw].clone())
+            if lockstep:
+                logits_o[b].append(last_logits[row_of[(_WITHOUT, b)]].clone())
             ended = f is None and (y in eos or bool(stops and _has_stop(tracer.tokenizer, answers[b], stops)))
             if len(answers[b]) >= limits[b] or ended:
                 done[b] = True
-        if all(done):
+        for b in range(B):
+            if closed_done[b]:
+                continue
+            y = int(greedy[row_of[(_CLOSED, b)]])
+            closed_answers[b].append(y)
+            ended = y in eos or bool(stops and _has_stop(tracer.tokenizer, closed_answers[b], stops))
+            if len(closed_answers[b]) >= config.max_new_tokens or ended:
+                closed_done[b] = True
+        if all(done) and all(closed_done):
             break
-        tok = (torch.cat([step, step]) if schedule == "lockstep" else step).unsqueeze(-1).to(ids.device)
-        kw: dict[str, Any] = {"input_ids": tok, "use_cache": True}
+
+        def finished(m: tuple[int, int]) -> bool:
+            return closed_done[m[1]] if m[0] == _CLOSED else done[m[1]]
+
+        alive = [r for r, m in enumerate(meta) if not finished(m)]
+        if prunable and len(alive) < len(meta):  # finished rows leave the batch (and its cache)
+            idx = torch.tensor(alive, dtype=torch.long, device=ids_device)
+            cache.batch_select_indices(idx)
+            mask, next_pos = mask[idx], next_pos[idx]
+            meta = [meta[r] for r in alive]
+        step = torch.tensor(
+            [
+                tracer.pad_id
+                if finished(m)
+                else (closed_answers[m[1]][-1] if m[0] == _CLOSED else answers[m[1]][-1])
+                for m in meta
+            ],
+            dtype=torch.long,
+        )
+        kw: dict[str, Any] = {"input_ids": step.unsqueeze(-1).to(ids_device), "use_cache": True}
         if use_mask:
-            mask = torch.cat([mask, torch.ones((R, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            mask = torch.cat([mask, torch.ones((len(meta), 1), dtype=mask.dtype, device=mask.device)], dim=1)
             kw["attention_mask"] = mask
         kw.update(_cache_kwargs(model, out))
         if tracer.has_position_ids:
             kw["position_ids"] = next_pos
+        if tracer.has_logits_to_keep:
+            kw["logits_to_keep"] = 1
         out = model(**kw)
+        cache = _cache_of(out)
+        last_logits = out.logits[:, -1].float()
         next_pos = next_pos + 1
 
     cuts: list[dict[str, Any] | None] = [None] * B
@@ -194,16 +358,19 @@ def _lockstep_batch(
                 keep, cuts[b] = cut_at_stop(tracer.tokenizer, answers[b], stops)
                 answers[b] = answers[b][:keep]
                 logits_w[b] = logits_w[b][:keep]
-                if schedule == "lockstep":
+                if lockstep:
                     logits_o[b] = logits_o[b][:keep]
     h_w, pre_w = (h[:B] if h is not None else None), (pre[:B] if pre is not None else None)
-    if schedule == "lockstep":
-        h_o, pre_o = (h[B:] if h is not None else None), (pre[B:] if pre is not None else None)
+    if lockstep:
+        h_o, pre_o = (h[B : 2 * B] if h is not None else None), (pre[B : 2 * B] if pre is not None else None)
         lo = [torch.stack(x) for x in logits_o]
     else:  # the no-context path: one teacher-forced forward over prompt_without + y[:-1]
         lo, h_o, pre_o = teacher_forced(tracer, [p.ids_without for p in batch], answers, config)
     lw = [torch.stack(x) for x in logits_w]
-    return build_pair_traces(tracer, batch, answers, lw, lo, (h_w, pre_w, h_o, pre_o), config, cuts=cuts)
+    extra: dict[str, Any] = {"cuts": cuts}
+    if closed:
+        extra["answers_without"] = closed_answers
+    return build_pair_traces(tracer, batch, answers, lw, lo, (h_w, pre_w, h_o, pre_o), config, **extra)
 
 
 def _has_stop(tokenizer: Any, ids: Sequence[int], stops: Sequence[str]) -> bool:

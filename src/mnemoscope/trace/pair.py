@@ -266,19 +266,23 @@ def build_pair_traces(
     config: PairConfig,
     *,
     cuts: Sequence[dict[str, Any] | None] | None = None,
+    answers_without: Sequence[Sequence[int]] | None = None,
 ) -> list[PairTrace]:
     """The :class:`PairTrace` of each pair from its answer and both paths' per-step logits
     ``[n vocab]``; ``states`` = (h_with, prenorm_with, h_without, prenorm_without), batched or
     ``None``; ``cuts``: each answer's stop-sequence cut (:func:`cut_at_stop`), already applied.
-    Generates the no-context greedy answer when ``config.answer_without`` (cut the same way)."""
+    With ``config.answer_without`` the no-context greedy answer is cut the same way; it is
+    ``answers_without`` when the caller decoded it already (the lockstep decoder does, in the
+    same batch as the two paths), else generated here."""
     h_w, pre_w, h_o, pre_o = states
-    no_ctx = (
-        _cut_answers(tracer, tracer.generate([p.ids_without for p in batch], config.max_new_tokens), config)[
-            0
-        ]
-        if config.answer_without
-        else None
-    )
+    no_ctx = None
+    if config.answer_without:
+        raw = (
+            [list(a) for a in answers_without]
+            if answers_without is not None
+            else tracer.generate([p.ids_without for p in batch], config.max_new_tokens)
+        )
+        no_ctx = _cut_answers(tracer, raw, config)[0]
     eos = set(tracer.eos_ids)
     traces = []
     for b, p in enumerate(batch):

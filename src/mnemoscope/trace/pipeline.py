@@ -14,11 +14,18 @@ from tqdm.auto import tqdm
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.errors import InputError
 from mnemoscope.models.loader import LoadedModel
+from mnemoscope.trace.lockstep import trace_lockstep
 from mnemoscope.trace.pair import PairConfig, PairLike, PreparedPair, prepare_pair, trace_prepared
 from mnemoscope.trace.store import TraceWriter
 from mnemoscope.trace.tracer import Tracer, batch_ranges
 
-__all__ = ["RunSummary", "run_pairs", "trace_batch"]
+__all__ = ["Decode", "RunSummary", "run_pairs", "trace_batch"]
+
+#: how a pair is traced: ``teacher-forced`` (generate, then one full forward per path:
+#: :func:`~mnemoscope.trace.pair.trace_prepared`) or ``lockstep`` (both paths and the closed-book
+#: answer decoded together, the audit's decoder: :func:`~mnemoscope.trace.lockstep.trace_lockstep`);
+#: the traces agree to float tolerance
+Decode = Literal["teacher-forced", "lockstep"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ def trace_batch(
     config: PairConfig,
     *,
     on_error: Literal["skip", "raise"] = "skip",
+    decode: Decode = "teacher-forced",
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Trace one batch of prepared pairs: ``(traces, error rows)``.
 
@@ -63,14 +71,15 @@ def trace_batch(
     not take the batch down.
     """
     errors: list[dict[str, Any]] = []
+    trace = trace_lockstep if decode == "lockstep" else trace_prepared
     try:
-        traces = trace_prepared(tracer, batch, config)
+        traces = trace(tracer, batch, config)
     except (RuntimeError, ValueError, IndexError) as e:
         log.warning("batch failed (%s); retrying its %d records one by one", e, len(batch))
         traces = []
         for p in batch:
             try:
-                traces.extend(trace_prepared(tracer, [p], config))
+                traces.extend(trace(tracer, [p], config))
             except (RuntimeError, ValueError, IndexError) as e1:
                 if on_error == "raise":
                     raise
@@ -96,6 +105,7 @@ def run_pairs(
     on_error: Literal["skip", "raise"] = "skip",
     overwrite: bool = False,
     progress: bool = True,
+    decode: Decode = "teacher-forced",
 ) -> RunSummary:
     """Trace ``records`` as pairs into ``out``; records already in ``out`` are skipped.
 
@@ -104,6 +114,7 @@ def run_pairs(
     id, field and reason; with ``on_error="raise"`` the run stops there instead (what
     was written stays written). If a whole batch fails for another reason, its records
     are retried one by one so that one bad record does not take the batch down.
+    ``decode``: :data:`Decode` (not part of the folder's settings: both give the same traces).
     """
     t0 = time.perf_counter()
     writer = TraceWriter(
@@ -132,7 +143,7 @@ def run_pairs(
     try:
         for idx in batch_ranges(len(prepared), batch_size):
             batch = [prepared[i] for i in idx]
-            traces, failed = trace_batch(tracer, batch, config, on_error=on_error)
+            traces, failed = trace_batch(tracer, batch, config, on_error=on_error, decode=decode)
             errors.extend(failed)
             writer.write(traces)
             summary.n_traced += len(traces)

@@ -30,7 +30,7 @@ from mnemoscope.errors import TraceStoreError
 from mnemoscope.io import atomic_savez, atomic_write_json
 from mnemoscope.trace.types import CRMExtras, PairTrace, PromptTrace
 
-__all__ = ["TraceSet", "TraceWriter", "load_traces", "save_traces", "stored_ids"]
+__all__ = ["TraceSet", "TraceWriter", "load_answers", "load_traces", "save_traces", "stored_ids"]
 
 FORMAT = 1
 Kind = Literal["pair", "prompt", "crm_extras"]
@@ -239,6 +239,42 @@ def load_traces(folder: str | Path) -> TraceSet:
         seen[str(getattr(t, "id", i))] = i
     traces = [ordered[i] for i in sorted(seen.values())]
     return TraceSet(meta=meta, traces=traces, errors=_read_jsonl(folder / "errors.jsonl"))
+
+
+def load_answers(folder: str | Path, ids: Iterable[str] | None = None) -> dict[str, tuple[str, str | None]]:
+    """``{id: (answer_with, answer_without)}`` of a pair folder's traces (of ``ids`` only, when
+    given; later duplicates of an id win, as in :func:`load_traces`).
+
+    Reads each row's scalar record only, never its arrays: what a calibration's draw needs after
+    every round (:func:`~mnemoscope.pipelines.draw.draw_until`), without loading the hidden
+    states and per-step statistics of every record traced so far.
+    """
+    folder = Path(folder)
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise TraceStoreError(f"{folder} is not a trace folder (no meta.json)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("kind") != "pair":
+        raise TraceStoreError(f"{folder} holds {meta.get('kind')!r} traces, not pairs: they have no answers")
+    want = None if ids is None else {str(i) for i in ids}
+    last: dict[str, tuple[str, int]] = {}  # id -> (shard, row) of its last index line
+    for r in _read_jsonl(folder / "index.jsonl"):
+        rid = str(r.get("id"))
+        if want is None or rid in want:
+            last[rid] = (str(r["shard"]), int(r["row"]))
+    by_shard: dict[str, list[tuple[str, int]]] = {}
+    for rid, (shard, row) in last.items():
+        by_shard.setdefault(shard, []).append((rid, row))
+    out: dict[str, tuple[str, str | None]] = {}
+    for shard, rows in by_shard.items():
+        path = folder / "shards" / shard
+        if not path.is_file():
+            raise TraceStoreError(f"{folder}: shard {shard} listed in index.jsonl is missing")
+        with np.load(path, allow_pickle=False) as data:
+            for rid, row in rows:
+                sc = json.loads(str(data[f"{row}/__scalars__"]))
+                out[rid] = (str(sc.get("answer_with") or ""), sc.get("answer_without"))
+    return out
 
 
 def save_traces(

@@ -2,8 +2,10 @@
 
 A CRM folder (``mnemoscope crm extract --out DIR``) holds::
 
-    DIR/pairs/        paired traces (hidden states of both paths, KL series, both answers)
+    DIR/pairs/        paired traces (hidden states of both paths unless hidden=False, KL series,
+                      both answers)
     DIR/extras/       CRMExtras per record: logit-lens KL, attention flow, static state, token stats
+                      (only when one of them is asked)
     DIR/embeddings/   Level-1 sentence embeddings of both answers, one .npz per embedder
     DIR/extract.json  settings, model identity, counts
 
@@ -35,8 +37,8 @@ from mnemoscope.io import atomic_savez, atomic_write_json
 from mnemoscope.models.loader import LoadedModel
 from mnemoscope.trace.interventions import logit_lens
 from mnemoscope.trace.pair import PairConfig
-from mnemoscope.trace.pipeline import RunSummary, run_pairs
-from mnemoscope.trace.store import TraceWriter, load_traces
+from mnemoscope.trace.pipeline import Decode, RunSummary, run_pairs
+from mnemoscope.trace.store import TraceWriter, load_traces, stored_ids
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Capture, Tracer, batch_ranges
 from mnemoscope.trace.types import CRMExtras, PairTrace
@@ -69,6 +71,13 @@ class CRMExtractConfig:
             ``"none"`` skips Level 1).
         stop: stop sequences that end a generated answer (:mod:`mnemoscope.trace.templates`;
             an audit profile's calibration sets them, CRM experiments keep none).
+        hidden: capture the last-prompt-token hidden states of both paths (what CRM is made
+            of; an audit profile calibrated without CRM needs none, and leaves them out).
+        decode: ``"teacher-forced"`` (generate, then one full forward per path) or
+            ``"lockstep"`` (both paths and the closed-book answer decoded in one padded batch,
+            finished rows leaving it: :mod:`mnemoscope.trace.lockstep`, what the calibration
+            uses); the traces agree to float tolerance, so it is not part of the folder's
+            settings.
     """
 
     template: str = "A"
@@ -82,6 +91,8 @@ class CRMExtractConfig:
     gradient_norm: bool = True
     embedder: str = "default"
     stop: tuple[str, ...] = ()
+    hidden: bool = True
+    decode: Decode = "teacher-forced"
 
     def resolved(self, lm: LoadedModel) -> CRMExtractConfig:
         """The config with ``chat="auto"`` decided for this model."""
@@ -98,8 +109,13 @@ class CRMExtractConfig:
             ),
             max_new_tokens=self.max_new_tokens,
             answer_without=True,
-            hidden=True,
+            hidden=self.hidden,
         )
+
+    @property
+    def any_extras(self) -> bool:
+        """Whether the per-record extras stage has anything to compute."""
+        return self.attention_flow or self.static or self.logit_lens
 
     def extras_settings(self) -> dict[str, Any]:
         # the pair settings are part of it: extras of other prompts must never be resumed
@@ -344,6 +360,8 @@ def extract(
         A summary (also written to ``extract.json``): counts, errors, settings, model identity.
     """
     config = (config or CRMExtractConfig()).resolved(lm)
+    if config.logit_lens and not config.hidden:
+        raise InputError("the logit lens reads the hidden states: trace with hidden=True", field="hidden")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary: RunSummary = run_pairs(
@@ -355,13 +373,18 @@ def extract(
         input_errors=input_errors,
         overwrite=overwrite,
         progress=progress,
+        decode=config.decode,
     )
-    pairs = list(load_traces(out / "pairs"))
-    if not pairs:
+    n_pairs = len(stored_ids(out / "pairs"))
+    if not n_pairs:
         raise InputError(
             f"no record could be traced ({summary.n_errors} errors; see {out / 'pairs' / 'errors.jsonl'})"
         )
-    n_extras = _run_extras(lm, pairs, out / "extras", config, progress, overwrite)
+    # the later stages read every trace back, hidden states included (a calibration calls this
+    # once per draw round): only when one of them has something to compute
+    later = config.any_extras or config.gradient_norm or config.embedder != "none"
+    pairs = list(load_traces(out / "pairs")) if later else []
+    n_extras = _run_extras(lm, pairs, out / "extras", config, progress, overwrite) if config.any_extras else 0
     n_grad = (
         _run_gradients(lm, pairs, out / "grad", config, progress, overwrite) if config.gradient_norm else 0
     )
@@ -374,7 +397,7 @@ def extract(
         "model": lm.info.to_dict(),
         "settings": asdict(config),
         "n_records": len(records) + len(input_errors),
-        "n_traced": len(pairs),
+        "n_traced": n_pairs,
         "n_errors": summary.n_errors,
         "errors": summary.errors,
         "n_extras_computed": n_extras,
