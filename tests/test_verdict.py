@@ -141,6 +141,10 @@ def test_conformal_rejects_bad_input() -> None:
 # -- the verdict model ----------------------------------------------------------------------------
 
 
+#: the whole-answer signals the synthetic data below carries (the default candidates add more)
+WHOLE = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+
+
 def _data(n: int = 200, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.r_[np.ones(n // 2, int), np.zeros(n - n // 2, int)])
@@ -154,7 +158,7 @@ def _data(n: int = 200, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarra
 
 def test_verdict_selects_what_adds_and_drops_noise() -> None:
     X, y = _data()
-    m = VerdictModel(seed=0).fit(X, y)
+    m = VerdictModel(candidates=WHOLE, seed=0).fit(X, y)
     assert m.selected_[0] == "repcs_z" and "closed_book_logprob" in m.selected_
     assert "context_token_fraction" not in m.selected_
     assert m.single_auc_["repcs_z"] > 0.85 and abs(m.single_auc_["context_token_fraction"] - 0.5) < 0.12
@@ -165,7 +169,7 @@ def test_verdict_selects_what_adds_and_drops_noise() -> None:
 
 def test_verdict_guarantee_holds_on_fresh_clean_data() -> None:
     X, y = _data(400, seed=1)
-    m = VerdictModel(alpha=0.1, seed=1).fit(X, y)
+    m = VerdictModel(candidates=WHOLE, alpha=0.1, seed=1).fit(X, y)
     assert m.certified_ and m.n_conformal_ == 100
     fresh, fy = _data(4000, seed=2)
     flags = m.flag(m.predict_proba(fresh))
@@ -177,29 +181,29 @@ def test_verdict_guarantee_holds_on_fresh_clean_data() -> None:
 def test_verdict_uncertified_when_too_few_clean_and_says_so() -> None:
     X, y = _data(200)
     keep = np.r_[np.flatnonzero(y == 1), np.flatnonzero(y == 0)[:20]]
-    m = VerdictModel(alpha=0.05, seed=0).fit({k: v[keep] for k, v in X.items()}, y[keep])
+    m = VerdictModel(candidates=WHOLE, alpha=0.05, seed=0).fit({k: v[keep] for k, v in X.items()}, y[keep])
     assert m.n_conformal_ == 10 < min_n_for_alpha(0.05) and not m.certified_ and m.threshold_ == 0.5
 
 
 def test_verdict_roundtrip_clone_and_bad_input() -> None:
     X, y = _data()
-    m = VerdictModel(seed=3).fit(X, y)
+    m = VerdictModel(candidates=WHOLE, seed=3).fit(X, y)
     m2 = VerdictModel.from_dict(m.to_dict())
     np.testing.assert_array_equal(m.predict_proba(X), m2.predict_proba(X))
     assert m2.threshold_ == m.threshold_ and m2.certified_ == m.certified_
     c = clone(m)
     assert c.get_params() == m.get_params() and not hasattr(c, "coef_")
     with pytest.raises(InputError, match="both labels"):
-        VerdictModel().fit(X, np.zeros(len(y), int))
+        VerdictModel(candidates=WHOLE).fit(X, np.zeros(len(y), int))
     with pytest.raises(InputError, match="label"):
-        VerdictModel().fit(X, np.full(len(y), 2))
+        VerdictModel(candidates=WHOLE).fit(X, np.full(len(y), 2))
     with pytest.raises(InputError, match="not available"):
         m.predict_proba({"repcs_z": X["repcs_z"]})
     bad = dict(X)
     bad["repcs_z"] = X["repcs_z"].copy()
     bad["repcs_z"][3] = np.inf
     with pytest.raises(InputError, match="row 3"):
-        VerdictModel().fit(bad, y)
+        VerdictModel(candidates=WHOLE).fit(bad, y)
     with pytest.raises(InputError, match="unknown"):
         VerdictModel(candidates=("nope",)).fit(X, y)
     with pytest.raises(InputError, match="malformed"):
@@ -207,20 +211,22 @@ def test_verdict_roundtrip_clone_and_bad_input() -> None:
     from sklearn.exceptions import NotFittedError
 
     with pytest.raises(NotFittedError):
-        VerdictModel().predict_proba(X)
+        VerdictModel(candidates=WHOLE).predict_proba(X)
 
 
 def test_evaluate_verdict_is_leakage_free_and_deterministic() -> None:
     X, y = _data(200, seed=4)
     rng = np.random.default_rng(9)
     shuffled = rng.permutation(y)  # labels unrelated to the signals: the CV AUC must sit at chance
-    r = evaluate_verdict(X, shuffled, n_resamples=200, seed=0)
+    r = evaluate_verdict(X, shuffled, VerdictModel(candidates=WHOLE), n_resamples=200, seed=0)
     assert abs(r["combination"]["auc"] - 0.5) < 0.12
-    good = evaluate_verdict(X, y, n_resamples=200, seed=0)
+    good = evaluate_verdict(X, y, VerdictModel(candidates=WHOLE), n_resamples=200, seed=0)
     assert good["combination"]["auc"] > 0.85 and good["signals"]["repcs_z"]["auc"] > 0.85
-    again = evaluate_verdict(X, y, n_resamples=200, seed=0)
+    again = evaluate_verdict(X, y, VerdictModel(candidates=WHOLE), n_resamples=200, seed=0)
     assert again["combination"] == good["combination"]
-    grouped = evaluate_verdict(X, y, n_resamples=200, seed=0, groups=np.arange(len(y)) // 2)
+    grouped = evaluate_verdict(
+        X, y, VerdictModel(candidates=WHOLE), n_resamples=200, seed=0, groups=np.arange(len(y)) // 2
+    )
     assert grouped["n"] == len(y)
     calls = []
 
@@ -228,7 +234,7 @@ def test_evaluate_verdict_is_leakage_free_and_deterministic() -> None:
         calls.append(len(train))
         return X
 
-    evaluate_verdict(X, y, n_resamples=50, fold_signals=fold_signals)
+    evaluate_verdict(X, y, VerdictModel(candidates=WHOLE), n_resamples=50, fold_signals=fold_signals)
     assert len(calls) == 5 and all(c < len(y) for c in calls)
 
 
@@ -338,11 +344,13 @@ def test_committed_held_out_figures_come_from_the_committed_audits() -> None:
 
 def test_verdict_certifies_on_the_conformal_set_it_is_given_and_refuses_a_memory_row() -> None:
     X, y = _data(300, seed=5)
-    m = VerdictModel(alpha=0.1, seed=5)
+    m = VerdictModel(candidates=WHOLE, alpha=0.1, seed=5)
     conf = m.conformal_split(y)
     assert (y[conf] == 0).all() and len(conf) == round(0.5 * (y == 0).sum())
     # the default draw is the one conformal_split names
-    np.testing.assert_array_equal(VerdictModel(alpha=0.1, seed=5).fit(X, y).conformal_index_, conf)
+    np.testing.assert_array_equal(
+        VerdictModel(candidates=WHOLE, alpha=0.1, seed=5).fit(X, y).conformal_index_, conf
+    )
     # an explicit set: the threshold is the conformal quantile of exactly those rows' p_memory
     mine = np.flatnonzero(y == 0)[:60]
     m.fit(X, y, conformal=mine)
@@ -372,8 +380,8 @@ def test_per_kind_certification_bounds_false_flags_within_every_kind() -> None:
         return X, y, kind
 
     X, y, kind = draw(1200)
-    marginal = VerdictModel(alpha=0.05, seed=0).fit(X, y)
-    per_kind = VerdictModel(alpha=0.05, seed=0).fit(X, y, groups=kind)
+    marginal = VerdictModel(candidates=WHOLE, alpha=0.05, seed=0).fit(X, y)
+    per_kind = VerdictModel(candidates=WHOLE, alpha=0.05, seed=0).fit(X, y, groups=kind)
     assert per_kind.certified_ and set(per_kind.group_thresholds_) == {"clean", "conflict"}
     assert per_kind.threshold_ == max(per_kind.group_thresholds_.values()) >= marginal.threshold_
     assert sum(per_kind.n_conformal_by_group_.values()) == per_kind.n_conformal_
@@ -388,7 +396,7 @@ def test_per_kind_certification_bounds_false_flags_within_every_kind() -> None:
     # a kind with too few conformal answers cannot certify alpha: the model says so
     few = np.flatnonzero((y == 0) & (kind == "conflict"))[10:]
     keep = np.setdiff1d(np.arange(len(y)), few)
-    small = VerdictModel(alpha=0.05, seed=0).fit(
+    small = VerdictModel(candidates=WHOLE, alpha=0.05, seed=0).fit(
         {k: v[keep] for k, v in X.items()}, y[keep], groups=kind[keep]
     )
     assert not small.certified_ and small.threshold_ == 0.5
@@ -400,9 +408,9 @@ def test_per_kind_certification_bounds_false_flags_within_every_kind() -> None:
     rare = kind.copy()
     rare[np.flatnonzero((y == 0) & (kind == "clean"))[:2]] = "rare"
     for seed in range(4):
-        m = VerdictModel(alpha=0.05, seed=seed).fit(X, y, groups=rare)
+        m = VerdictModel(candidates=WHOLE, alpha=0.05, seed=seed).fit(X, y, groups=rare)
         assert m.n_conformal_by_group_["rare"] == 1 and not m.certified_
         assert "rare (1)" in str(m.uncertified_reason())
     assert per_kind.uncertified_reason() is None
     with pytest.raises(InputError, match="groups"):
-        VerdictModel().fit(X, y, groups=kind[:10])
+        VerdictModel(candidates=WHOLE).fit(X, y, groups=kind[:10])

@@ -142,9 +142,11 @@ def register(sub: Any) -> None:
         "--verdict-signals",
         default=None,
         metavar="LIST",
-        help="comma-separated signals the verdict may combine (default: the black-box three, repcs_z,"
-        "closed_book_logprob,context_token_fraction; add "
-        "crm_probability for CRM's classifier, in process: docs/calibrate.md)",
+        help="comma-separated signals the verdict may combine (default: every black-box one: repcs_z, "
+        "closed_book_logprob, context_token_fraction, the answer-bearing words' fact_cb_logratio, "
+        "fact_cb_rank, fact_switched, fact_cb_entropy, fact_pmi, and closed_book_agreement, which costs "
+        "audits one closed-book generation; add crm_probability for CRM's classifier, in process: "
+        "docs/calibrate.md)",
     )
     c.add_argument(
         "--certify",

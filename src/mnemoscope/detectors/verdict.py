@@ -79,7 +79,16 @@ ORIENTATION: dict[str, float] = {
     "fact_pmi": -1.0,
     "closed_book_agreement": 1.0,
 }
-DEFAULT_CANDIDATES = ("repcs_z", "closed_book_logprob", "context_token_fraction")
+#: what the verdict may combine by default (it keeps what adds on held-out folds): the whole-answer
+#: signals, those on the answer-bearing words, and the closed-book answer's agreement with them
+#: (chosen on held-out evidence on four configurations: docs/calibrate.md, the ablation)
+DEFAULT_CANDIDATES = (
+    "repcs_z",
+    "closed_book_logprob",
+    "context_token_fraction",
+    *FACT_SIGNALS,
+    "closed_book_agreement",
+)
 
 
 def _groups(groups: Sequence[Any] | np.ndarray, n: int) -> np.ndarray:
