@@ -96,6 +96,20 @@ REGENERATE = [
     ("server/", "python benchmarks/bench_server.py"),
     ("trace.json", "python benchmarks/bench_trace.py"),
     (
+        "verdict/ablation/",
+        "python benchmarks/verdict_ablation.py run NAME RUN -- CALIBRATE_ARGS (its 'command')",
+    ),
+    (
+        "verdict/cost",
+        "OMP_NUM_THREADS=1 python benchmarks/bench_verdict_cost.py --tree before=WORKTREE-OF-4df9226 --tree after=. "
+        "--tree after-old-profile=. --profile after-old-profile=OLD-SHIPPED-PROFILE --n 16 --rounds 3 --threads 1",
+    ),
+    (
+        "verdict/regression/old-profile",
+        "python benchmarks/verdict_regression.py --profile OLD-SHIPPED-PROFILE --compare "
+        "benchmarks/results/verdict/regression/current.jsonl.gz (of 4df9226) --atol 1e-3 --no-part-b ...",
+    ),
+    (
         "verdict/regression",
         "python benchmarks/verdict_regression.py --out runs/verdict-regression/after.jsonl "
         "--compare runs/verdict-regression/before.jsonl --report benchmarks/results/verdict/regression/report.json",
@@ -192,7 +206,7 @@ _CARD_FIELDS = (
     "validation.auc.ci[1]",
     "validation.false_flag_rate",
     "validation.memory_recall",
-    "validation.accuracy_3way",
+    "validation.accuracy_3way_clear",
 )
 
 
@@ -218,24 +232,23 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.977", _REL, "[method=closed_book_logprob].roc_auc_ci[1]"),
     ],
     "the verdict (`audit`: p_memory, token spans)": [
-        ("312", _VER, "A_cross_validation.n"),
-        ("5", _VER, "A_cross_validation.n_splits"),
-        ("0.976", _VER, "A_cross_validation.combination.auc"),
-        ("0.960", _VER, "A_cross_validation.combination.ci[0]"),
-        ("0.988", _VER, "A_cross_validation.combination.ci[1]"),
         ("104", _VER, "B_held_out.n"),
-        ("0.961", _VER, "B_held_out.auc.p_memory.auc"),
-        ("0.926", _VER, "B_held_out.auc.p_memory.ci[0]"),
-        ("0.988", _VER, "B_held_out.auc.p_memory.ci[1]"),
+        ("0.983", _VER, "B_held_out.auc.p_memory.auc"),
+        ("0.960", _VER, "B_held_out.auc.p_memory.ci[0]"),
+        ("0.999", _VER, "B_held_out.auc.p_memory.ci[1]"),
+        ("0", _VER, "B_held_out.combined_rule.false_flags"),
+        ("33", _VER, "B_held_out.n_context"),
+        ("0.76", _VER, "B_held_out.combined_rule.memory_recall"),
+        ("34", _VER, "B_held_out.guarantee.n_calibration"),
     ],
     "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
-        "smollm2-135m-instruct-pc300", "0.953", "0.927", "0.973", "0.053", "0.79", "0.79"
+        "smollm2-135m-instruct-pc300", "0.996", "0.991", "1.000", "0.018", "0.93", "0.91"
     ),
     "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 300`)": _card(
-        "gemma-3-270m-pc300", "0.964", "0.943", "0.982", "0.028", "0.67", "0.80"
+        "gemma-3-270m-pc300", "0.998", "0.996", "1.000", "0.042", "0.99", "0.98"
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 300`)": _card(
-        "qwen2.5-coder-0.5b-instruct-pc300", "0.951", "0.927", "0.970", "0.087", "0.84", "0.85"
+        "qwen2.5-coder-0.5b-instruct-pc300", "1.000", "0.999", "1.000", "0.037", "1.00", "0.98"
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, "
     "`--per-class 300`)": _card(

@@ -29,12 +29,11 @@ def auditor(real_lm: Any) -> Auditor:
 def test_shipped_profile_is_certified_and_combines_measured_signals(auditor: Auditor) -> None:
     v = auditor.profile.verdict
     assert v is not None and v.certified_ and v.n_conformal_ >= 19
-    assert v.selected_ and set(v.selected_) <= {
-        "repcs_z",
-        "closed_book_logprob",
-        "context_token_fraction",
-        "crm_probability",
-    }
+    from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
+
+    # the shipped profile combines only signals the default offers (CRM's classifier is opt-in)
+    assert v.selected_ and set(v.selected_) <= set(DEFAULT_CANDIDATES)
+    assert auditor.profile.header.get("source_rule") == "facts"
     assert auditor.profile.token_margin >= 0.69
 
 

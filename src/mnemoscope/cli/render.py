@@ -26,6 +26,29 @@ def use_colour(choice: str, stream: TextIO) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def _answer_words_line(ev: dict[str, Any]) -> list[str]:
+    """The answer-bearing words with their counterfactual source (profiles deciding on them)."""
+    aw = ev.get("answer_words")
+    if not isinstance(aw, dict):
+        return []
+    words = aw.get("words") or []
+    if not words:
+        return ["  answer-bearing words: none beyond the query"]
+    agree = (ev.get("signals") or {}).get("closed_book_agreement")
+    parts = []
+    for w in words[:6]:
+        why = {"memory": "memory", "context": "context", "added": "added by the model"}.get(
+            w.get("source"), "?"
+        )
+        if w.get("in_closed_book") is not None:
+            why += ", in" if w["in_closed_book"] else ", not in"
+            why += " the closed-book answer"
+        parts.append(f"{w.get('text')} ({why})")
+    more = f" and {len(words) - 6} more" if len(words) > 6 else ""
+    tail = "" if agree is None else f"; closed-book answer states {100 * float(agree):.0f} % of them"
+    return ["  answer-bearing words: " + "; ".join(parts) + more + tail]
+
+
 def _fmt(v: Any, spec: str = ".3f") -> str:
     return "not measured" if v is None else format(v, spec)
 
@@ -67,6 +90,7 @@ def render_audit(d: dict[str, Any], *, colour: bool) -> str:
         f"  RePCS Z = {_fmt(ev.get('repcs_z'), '.2f')} nats (tau = {_fmt(ev.get('tau'), '.2f')}); "
         f"closed-book log-prob = {_fmt(ev.get('closed_book_logprob'), '.2f')} per token; "
         f"context-supported words = {'none attributed' if frac is None else f'{100 * frac:.0f} %'}",
+        *_answer_words_line(ev),
         f"Guarantee ({d['rule']} rule): {g.get('statement', '')}",
     ]
     st = g.get("profile")
