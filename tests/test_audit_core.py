@@ -304,3 +304,24 @@ def test_every_backend_runs_the_hooks_and_the_same_scoring(tiny_auditor: Any) ->
     assert remote.limits == {"max_context_chars": 1000} and remote.max_context_tokens is None
     with pytest.raises(InputError, match="needs hidden states"):
         Auditor(_NoHiddenStates(tiny_auditor.backend), rule="crm-anomaly")
+
+
+def test_a_profile_whose_signals_the_backend_cannot_measure_is_refused_naming_them(tiny_auditor: Any) -> None:
+    import copy
+    import dataclasses
+
+    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.pipelines.verdict import unmeasurable_signals
+
+    assert unmeasurable_signals(("repcs_z", "fact_pmi"), hidden_states=False, closed_book_answer=False) == {}
+    assert unmeasurable_signals(
+        ("crm_probability", "closed_book_agreement"), hidden_states=False, closed_book_answer=True
+    ) == {"crm_probability": "hidden states"}
+    prof = tiny_auditor.profile
+    v = copy.deepcopy(prof.verdict)
+    v.selected_ = ("repcs_z", "crm_probability")
+    backend = _NoHiddenStates(tiny_auditor.backend)
+    backend.profile = dataclasses.replace(prof, verdict=v)
+    with pytest.raises(InputError, match=r"crm_probability \(needs hidden states\)") as e:
+        Auditor(backend, rule="repcs")
+    assert e.value.field == "profile"

@@ -86,7 +86,7 @@ def _assert_same(a: PairTrace, b: PairTrace) -> None:
 def test_batched_lockstep_with_the_closed_book_answer_equals_the_unbatched_trace(
     arch: str, chat: bool, hidden: bool
 ) -> None:
-    """Six records in one batch (18 rows) against each traced alone by the teacher-forced path
+    """Six records in one batch (up to 18 rows) against each traced alone by the teacher-forced path
     (generate, two full forwards, a second generate): the same answers, closed-book answers and
     per-step statistics; rows leave the batch as their answers end."""
     lm = tiny_lm(arch)
@@ -108,8 +108,9 @@ def test_batched_lockstep_with_the_closed_book_answer_equals_the_unbatched_trace
     for a, b in zip(got, ref, strict=True):
         _assert_same(a, b)
     steps = [n for n, width in rows if width == 1]
-    assert steps and steps[0] == 18  # 6 with-context + 6 no-context + 6 closed-book rows
-    assert steps == sorted(steps, reverse=True)  # finished rows leave, none comes back
+    # 6 with-context + 6 no-context rows, and a closed-book row per pair from the step where its
+    # answer diverges from the with-context one (a fork of its no-context row), finished rows leaving
+    assert steps and steps[0] <= 18 and max(steps) <= 18
     lengths = {len(t.answer_ids) for t in ref} | {len(t.answer_without_ids) for t in ref}  # type: ignore[arg-type]
     if len(lengths) > 1:
         assert steps[-1] < 18

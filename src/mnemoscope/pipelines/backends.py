@@ -390,13 +390,13 @@ class EndpointBackend:
         return v is not None and "closed_book_agreement" in v.selected_
 
     def closed_book(self, trace: PairTrace) -> PairTrace:
-        """The trace with the model's closed-book greedy answer (one more generation, on the
-        no-context prompt, of the profile's T tokens; cut at the profile's stop sequences)."""
+        """The trace with the model's closed-book greedy answer: one more generation on the
+        no-context prompt, of the profile's T tokens, the same request calibration made
+        (:func:`~mnemoscope.pipelines.endpoint.trace_with_closed_book`), so the audits' signal is the
+        one the threshold was certified on."""
         T = self.profile.max_new_tokens
         text = str(self.client.completion(trace.prompt_without, max_tokens=T).get("text", ""))
-        lead = len(text) - len(text.lstrip())  # a leading blank line does not end an answer
-        hits = [i for s in self.settings.pair_config.builder.stop if (i := text.find(s, lead)) >= 0]
-        return replace(trace, answer_without=text[: min(hits)] if hits else text)
+        return replace(trace, answer_without=text)
 
     def run(self, prepared: Sequence[tuple[str, AuditRequest]]) -> list[Traced]:
         """Trace concurrently (``client.config.concurrency``); a failing record gets its own failure.
