@@ -145,7 +145,7 @@ class VerdictModel(BaseEstimator):
         >>> y = np.r_[np.ones(60, int), np.zeros(60, int)]
         >>> X = {"repcs_z": rng.normal(5 - 3 * y, 1), "closed_book_logprob": rng.normal(-2 + y, 1),
         ...      "context_token_fraction": rng.uniform(size=120)}
-        >>> m = VerdictModel(seed=0).fit(X, y)
+        >>> m = VerdictModel(candidates=tuple(X), seed=0).fit(X, y)
         >>> m.selected_[0], m.certified_
         ('repcs_z', True)
     """
