@@ -89,3 +89,20 @@ def tiny_lm(
     if max_positions is not None:
         model.config.max_position_embeddings = max_positions
     return from_objects(model, tiny_tokenizer(), name=f"tiny-{arch}")
+
+
+def zor_records(n: int) -> list[Any]:
+    """``n`` labelled calibration records on invented towns and rivers (alternating labels, an
+    expected answer and a graded difficulty each): what the draw and calibration tests feed."""
+    from mnemoscope.data.records import Record
+
+    return [
+        Record(
+            id=f"r{i}",
+            context=f"The town of Zor{i} lies on the river Ka{i % 5}.",
+            query=f"Where is Zor{i}?",
+            label=i % 2,
+            extra={"answer": f"Ka{i % 5}", "difficulty": 1 + i % 3},
+        )
+        for i in range(n)
+    ]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import tiny_lm
+from helpers import tiny_lm, zor_records
 from mnemoscope.errors import InputError
 from mnemoscope.pipelines.calibrate import calibrate_profile
 from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile, profile_hash
@@ -327,7 +327,6 @@ def test_the_per_class_draw_reads_answers_not_whole_traces(
 ) -> None:
     import mnemoscope.pipelines.crm.extract as ext
     import mnemoscope.trace.store as store
-    from mnemoscope.data.records import Record
 
     reads: list[str] = []
     real = store.load_traces
@@ -338,16 +337,7 @@ def test_the_per_class_draw_reads_answers_not_whole_traces(
 
     monkeypatch.setattr(store, "load_traces", counting)
     monkeypatch.setattr(ext, "load_traces", counting)
-    recs = [
-        Record(
-            id=f"r{i}",
-            context=f"The town of Zor{i} lies on the river Ka{i % 5}.",
-            query=f"Where is Zor{i}?",
-            label=i % 2,
-            extra={"answer": f"Ka{i % 5}", "difficulty": 1 + i % 3},
-        )
-        for i in range(80)
-    ]
+    recs = zor_records(80)
     cfg = CalibrationConfig(
         max_new_tokens=3, chat=False, labels="given", per_class=12, held_out_fraction=0.25
     )

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from mnemoscope.data.records import Record
 from mnemoscope.errors import InputError
 from mnemoscope.pipelines.draw import draw_order, draw_until, queue_of
 
@@ -111,21 +110,12 @@ def test_a_rerun_draws_the_same_records() -> None:
 
 
 def test_calibrate_profile_draws_per_class_and_records_it(tmp_path: Path) -> None:
-    from helpers import tiny_lm
+    from helpers import tiny_lm, zor_records
     from mnemoscope.pipelines.calibrate import calibrate_profile
     from mnemoscope.pipelines.profile import CalibrationConfig
 
     lm = tiny_lm(layers=2)
-    recs = [
-        Record(
-            id=f"r{i}",
-            context=f"The town of Zor{i} lies on the river Ka{i % 5}.",
-            query=f"Where is Zor{i}?",
-            label=i % 2,
-            extra={"answer": f"Ka{i % 5}", "difficulty": 1 + i % 3},
-        )
-        for i in range(80)
-    ]
+    recs = zor_records(80)
     cfg = CalibrationConfig(
         max_new_tokens=3, chat=False, labels="given", per_class=12, held_out_fraction=0.25
     )
