@@ -252,7 +252,7 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, "
     "`--per-class 300`)": _card(
-        "qwen2.5-coder-0.5b-instruct-llama-server-pc300", "0.953", "0.930", "0.973", "0.044", "0.72", "0.78"
+        "qwen2.5-coder-0.5b-instruct-llama-server-pc300", "1.000", "0.999", "1.000", "0.050", "1.00", "0.97"
     ),
     "likelihood attacks (loss, zlib, Min-K%(++), ref)": [
         ("1.000", _MEM, "[method=loss,sibling=membership-positive].roc_auc"),

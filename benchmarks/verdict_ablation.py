@@ -73,7 +73,7 @@ def run(name: str, run_dir: Path, cal_args: list[str]) -> Path:
     from mnemoscope.provenance import provenance
 
     traces = (run_dir / "profile" / "traces").resolve()
-    if not (traces / "pairs").is_dir():
+    if not ((traces / "pairs").is_dir() or (traces / "index.jsonl").is_file()):  # in process / endpoint
         raise SystemExit(
             f"{traces} holds no traces: run mnemoscope calibrate into {run_dir / 'profile'} first"
         )
