@@ -442,3 +442,27 @@ def test_a_verdict_with_no_measurable_signal_is_refused_naming_it(tmp_path: Path
     )
     with pytest.raises(InputError, match="crm_probability needs a CRM classifier"):
         calibrate_profile(tiny_lm(layers=2), tiny_records(36), tmp_path / "p", cfg, progress=False)
+
+
+def test_labels_given_with_some_records_unlabelled_is_refused_on_both_backends(tmp_path: Path) -> None:
+    """`--labels given` on the shipped kind of input, whose knowledge-conflict records carry no label:
+    an error naming the first unlabelled record and how many, before any model or server call, never
+    an all-clean calibration."""
+    from mnemoscope.data.records import Record
+    from mnemoscope.pipelines.calibrate import calibrate_profile
+    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
+    from mnemoscope.pipelines.profile import CalibrationConfig
+
+    recs = [Record(id=f"m{i}", context="c", query="q", label=i % 2) for i in range(6)]
+    recs += [Record(id=f"conflict-{i}", context="c", query="q", label=None) for i in range(3)]
+
+    class NoCalls:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"no model or server call before the labels are checked ({name})")
+
+    with pytest.raises(InputError, match=r"3 of 9 records have no label") as e:
+        calibrate_profile(NoCalls(), recs, tmp_path / "p", CalibrationConfig(labels="given"))
+    assert e.value.record == "conflict-0" and e.value.field == "label"
+    with pytest.raises(InputError, match=r"3 of 9 records have no label") as e2:
+        calibrate_endpoint_profile(NoCalls(), recs, tmp_path / "e", EndpointCalibrationConfig(labels="given"))
+    assert e2.value.record == "conflict-0"

@@ -47,6 +47,7 @@ __all__ = [
     "LabelDecision",
     "LabelMode",
     "check_item",
+    "check_labelled",
     "check_verifiable",
     "gold_answers",
     "item_fields",
@@ -257,6 +258,30 @@ def check_verifiable(items: Sequence[Any]) -> None:
     if bad:
         more = f" (and {len(bad) - 1} more records)" if len(bad) > 1 else ""
         raise InputError(f"{bad[0]}{more}", field=bad[0].field)
+
+
+def check_labelled(items: Sequence[Any]) -> None:
+    """Refuse, before any model call, ``--labels given`` input in which some records carry a label
+    and others do not: calibration would count the unlabelled ones as context-needed and fit an
+    all-clean verdict on them. The first unlabelled record is named, with how many there are. Input
+    with no label at all stays allowed (it calibrates RePCS's and the anomaly rule's thresholds on
+    clean answers only, and says so).
+
+    Raises:
+        InputError: naming the first unlabelled record and the field ``label``.
+    """
+    missing = [it for it in items if getattr(it, "label", None) is None]
+    if missing and len(missing) < len(items):
+        first = missing[0]
+        line = getattr(first, "line", None)
+        raise InputError(
+            f"--labels given: {len(missing)} of {len(items)} records have no label"
+            + (f" (the first on line {line})" if line is not None else "")
+            + "; label them (1 = memory, 0 = needs the context), drop them, or use --labels verify to "
+            "label every record on this model",
+            record=str(getattr(first, "id", "?")),
+            field="label",
+        )
 
 
 def verify_labels(

@@ -29,7 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from mnemoscope.bench.label_check import LabelCheck, check_verifiable, gold_answers, verify_labels
+from mnemoscope.bench.label_check import (
+    LabelCheck,
+    check_labelled,
+    check_verifiable,
+    gold_answers,
+    verify_labels,
+)
 from mnemoscope.data.records import Record, RecordError
 from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
@@ -183,6 +189,8 @@ def calibrate_profile(
     c = config or CalibrationConfig()
     if c.labels == "verify":
         check_verifiable(records)
+    else:
+        check_labelled(records)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     use_l1 = c.with_crm and "l1" in c.levels

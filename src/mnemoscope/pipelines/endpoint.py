@@ -317,7 +317,7 @@ def calibrate_endpoint_profile(
         EarlyStopError: the first records all failed for the same cause (named, with the likely fix).
         EndpointCapabilityError: the server cannot teacher-force (no prompt log-probs, no tokenizer).
     """
-    from mnemoscope.bench.label_check import check_verifiable, gold_answers, verify_labels
+    from mnemoscope.bench.label_check import check_labelled, check_verifiable, gold_answers, verify_labels
     from mnemoscope.io import atomic_write
     from mnemoscope.pipelines.calibrate import check_class_counts, record_groups
     from mnemoscope.pipelines.profile import chat_template_sha256
@@ -330,6 +330,8 @@ def calibrate_endpoint_profile(
     c = config or EndpointCalibrationConfig()
     if c.labels == "verify":
         check_verifiable(records)
+    else:
+        check_labelled(records)
     # traces a resumed run reuses (their tracing time is not in this run's wall time)
     before = set() if overwrite else stored_ids(Path(out) / "traces")
     caps = client.require_teacher_forcing()
