@@ -41,7 +41,6 @@ def _facts(
     cb = np.log(np.full(n, 0.6)) if cb_logp is None else np.asarray(cb_logp, float)
     lw = np.log(np.full(n, 0.9)) if with_logp is None else np.asarray(with_logp, float)
     ids_w = np.stack([ans] + [ans + j for j in range(1, k)], 1)
-    lps_w = np.stack([lw] + [np.full(n, math.log(0.01))] * (k - 1), 1)
     ids_wo = np.zeros((n, k), dtype=np.int64)
     lps_wo = np.zeros((n, k))
     for t in range(n):
@@ -60,7 +59,6 @@ def _facts(
         logp_with=lw,
         logp_without=cb,
         topk_ids_with=ids_w,
-        topk_logprobs_with=lps_w,
         topk_ids_without=ids_wo,
         topk_logprobs_without=lps_wo,
         query=query,
@@ -196,7 +194,6 @@ def test_bad_shapes_are_refused_naming_the_field() -> None:
             logp_with=np.zeros(2),
             logp_without=np.zeros(3),
             topk_ids_with=np.zeros((2, 2), int),
-            topk_logprobs_with=np.zeros((2, 2)),
             topk_ids_without=np.zeros((2, 2), int),
             topk_logprobs_without=np.zeros((2, 2)),
             query="",

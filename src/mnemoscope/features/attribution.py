@@ -331,8 +331,9 @@ def supported_by(word: str, terms: frozenset[str] | set[str]) -> bool:
     return bool(ts) and all(t in terms for t in ts)
 
 
-def _words(pieces: Sequence[str]) -> list[list[int]]:
-    """Group token indices into words: a word starts at leading whitespace or punctuation."""
+def word_groups(pieces: Sequence[str]) -> list[list[int]]:
+    """The token indices of each word of an answer (the grouping every attribution uses: a word
+    starts at leading whitespace or punctuation)."""
     groups: list[list[int]] = []
     for i, p in enumerate(pieces):
         starts = (
@@ -349,18 +350,7 @@ def _words(pieces: Sequence[str]) -> list[list[int]]:
     return groups
 
 
-def word_groups(pieces: Sequence[str]) -> list[list[int]]:
-    """The token indices of each word of an answer (the grouping every attribution uses: a word
-    starts at leading whitespace or punctuation)."""
-    return _words(pieces)
-
-
 def wordlike(word: str) -> bool:
-    """A word that may carry content: letters or digits, not a function word."""
-    return _wordlike(word)
-
-
-def _wordlike(word: str) -> bool:
     """A word that may carry content at the token level: letters or digits, not a function word."""
     w = _norm(word)
     if not w or _is_punct(word.strip()) or w in _FUNCTION_WORDS:
@@ -370,7 +360,7 @@ def _wordlike(word: str) -> bool:
 
 def _content(word: str, qterms: frozenset[str]) -> bool:
     """Token-level: a word that can be attributed to the context or to memory (not a query word)."""
-    return _wordlike(word) and not supported_by(word, qterms)
+    return wordlike(word) and not supported_by(word, qterms)
 
 
 def attribute_tokens(
@@ -423,11 +413,11 @@ def attribute_tokens(
     qexact = {_norm(w) for w in _WORD_RE.findall(query)}
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
     out: list[TokenAttribution | None] = [None] * n
-    for group in _words(pieces):
+    for group in word_groups(pieces):
         word = "".join(pieces[i] for i in group)
         wpmi = float(pmi[group].sum())
         src: TokenSource = "neutral"
-        if not _wordlike(word):
+        if not wordlike(word):
             pass
         elif supported_by(word, qterms) if query_match == "normalised" else _norm(word) in qexact:
             src = "query"
@@ -562,7 +552,7 @@ class Word:
 def answer_words(tokens: Sequence[TokenAttribution]) -> list[Word]:
     """The answer's words (the grouping :func:`attribute_tokens` labels), blanks and punctuation left out."""
     out = []
-    for group in _words([t.text for t in tokens]):
+    for group in word_groups([t.text for t in tokens]):
         text = "".join(tokens[i].text for i in group)
         if not text.strip() or _is_punct(text.strip()):
             continue
@@ -592,7 +582,7 @@ def content_word_pmis(pieces: Sequence[str], pmi: np.ndarray, query: str) -> np.
     """PMI of every content word of one answer (for :func:`calibrate_margin`)."""
     qterms = query_terms(query)
     vals = []
-    for group in _words(pieces):
+    for group in word_groups(pieces):
         word = "".join(pieces[i] for i in group)
         if _content(word, qterms):
             vals.append(float(np.asarray(pmi)[group].sum()))

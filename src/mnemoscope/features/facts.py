@@ -55,7 +55,7 @@ Example:
     ...     pieces=pieces, answer_ids=ans,
     ...     logp_with=np.log([0.9, 0.9, 0.5, 0.9, 0.9, 0.9]),
     ...     logp_without=np.log([0.9, 0.9, 0.3, 0.9, 0.8, 0.9]),
-    ...     topk_ids_with=np.c_[ans, ans + 10], topk_logprobs_with=np.log(np.c_[[0.9] * 6, [0.05] * 6]),
+    ...     topk_ids_with=np.c_[ans, ans + 10],
     ...     topk_ids_without=np.c_[ans, ans + 10], topk_logprobs_without=np.log(np.c_[[0.9, 0.9, 0.3, 0.9, 0.8, 0.9], [0.05] * 6]),
     ...     query="Who painted the Mona Lisa?", context="The Mona Lisa hangs in the Louvre.", margin=np.log(2))
     >>> [(w.text, w.source, w.cb_rank) for w in f.words], f.fallback
@@ -260,7 +260,6 @@ def fact_words(
     logp_with: np.ndarray,
     logp_without: np.ndarray,
     topk_ids_with: np.ndarray,
-    topk_logprobs_with: np.ndarray,
     topk_ids_without: np.ndarray,
     topk_logprobs_without: np.ndarray,
     query: str,
@@ -274,8 +273,10 @@ def fact_words(
         pieces: the text each answer token adds (``""`` for a special token).
         answer_ids: ``[step]`` the answer's token ids (compared with the top-k ids).
         logp_with, logp_without: ``[step]`` log p(y_t) on each path.
-        topk_ids_with, topk_logprobs_with, topk_ids_without, topk_logprobs_without: ``[step k]``
-            each path's top-k at each step, most likely first.
+        topk_ids_with: ``[step k]`` the with-context top-k ids at each step (its top-1 tells
+            whether the context switched the greedy word).
+        topk_ids_without, topk_logprobs_without: ``[step k]`` the closed-book top-k at each step,
+            most likely first.
         query, context: the inputs (query words are never answer-bearing; the context decides
             ``context`` vs ``added``).
         margin: the profile's token margin (a word the context raised beyond it is ``context``).
@@ -296,7 +297,6 @@ def fact_words(
             raise InputError(f"{name} has shape {a.shape}, expected ({n},) like the token pieces", field=name)
     tops = {
         "topk_ids_with": np.asarray(topk_ids_with),
-        "topk_logprobs_with": np.asarray(topk_logprobs_with, dtype=np.float64),
         "topk_ids_without": np.asarray(topk_ids_without),
         "topk_logprobs_without": np.asarray(topk_logprobs_without, dtype=np.float64),
     }

@@ -383,12 +383,6 @@ class EndpointBackend:
             max_new_tokens=req.max_new_tokens,
         )
 
-    @property
-    def needs_closed_book(self) -> bool:
-        """Whether the profile's verdict reads the closed-book greedy answer (``closed_book_agreement``)."""
-        v = self.profile.verdict
-        return v is not None and "closed_book_agreement" in v.selected_
-
     def closed_book(self, trace: PairTrace) -> PairTrace:
         """The trace with the model's closed-book greedy answer: one more generation on the
         no-context prompt, of the profile's T tokens, the same request calibration made
@@ -404,7 +398,7 @@ class EndpointBackend:
 
         def one(rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
             t, pieces = self.trace_one(rid, req)
-            return (self.closed_book(t) if self.needs_closed_book else t), pieces
+            return (self.closed_book(t) if self.profile.reads_closed_book else t), pieces
 
         got = map_concurrently(lambda p: one(*p), list(prepared), self.client.config.concurrency)
         return [failure_of(r) if isinstance(r, BaseException) else (r[0], list(r[1])) for r in got]

@@ -253,14 +253,19 @@ class AuditProfile:
     def needs_level1(self) -> bool:
         return self.crm is not None and "l1_embed_dist" in self.crm.surface_names
 
+    @property
+    def reads_closed_book(self) -> bool:
+        """Whether the verdict reads the model's closed-book greedy answer (``closed_book_agreement``):
+        then every audit generates it, in process and over an endpoint."""
+        return self.verdict is not None and "closed_book_agreement" in self.verdict.selected_
+
     def pair_config(self, max_new_tokens: int | None = None) -> PairConfig:
         """The in-process pair settings (the endpoint's are :attr:`endpoint`)."""
         return PairConfig(
             builder=self.builder,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
             # the closed-book greedy answer: CRM level 1, or a verdict that reads its agreement
-            answer_without=self.needs_level1
-            or (self.verdict is not None and "closed_book_agreement" in self.verdict.selected_),
+            answer_without=self.needs_level1 or self.reads_closed_book,
             # hidden states are what CRM reads: a profile calibrated without CRM never needs them
             hidden=self.crm is not None,
         )

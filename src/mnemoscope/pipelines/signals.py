@@ -211,7 +211,6 @@ def answer_facts(trace: PairTrace, pieces: Sequence[str], *, margin: float) -> A
         logp_with=trace.logprob_answer_with,
         logp_without=trace.logprob_answer_without,
         topk_ids_with=trace.topk_ids_with,
-        topk_logprobs_with=trace.topk_logprobs_with,
         topk_ids_without=trace.topk_ids_without,
         topk_logprobs_without=trace.topk_logprobs_without,
         query=trace.query,

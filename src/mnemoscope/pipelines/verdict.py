@@ -412,10 +412,9 @@ def decide_source_facts(
         # context paraphrased around a fact from memory, not a second source
         switched = [w for w in ctx if not w.near_greedy]
         if switched and mem:
-            ctx = switched
             return "mixed", (
                 f"Mostly from memory (the flag fired): the model would write {_named(mem)} without the context, "
-                f"while {_named(ctx)} comes from the context."
+                f"while {_named(switched)} comes from the context."
             )
         return "memory", (
             f"Answered from memory: the model writes {_named(mem or ws)} without the context too"
