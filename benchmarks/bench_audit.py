@@ -40,8 +40,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
     from mnemoscope.bench.reliance import load_reliance
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
     from mnemoscope.trace import prepare_pair, trace_prepared
     from mnemoscope.trace.lockstep import trace_lockstep
     from mnemoscope.trace.pair import PairItem

@@ -67,11 +67,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.cli.calibrate_cmd import sample_records, shipped_records
     from mnemoscope.data.records import read_records
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.crm.extract import CRMExtractConfig
-    from mnemoscope.pipelines.profile import CalibrationConfig
     from mnemoscope.trace.pipeline import run_pairs
     from mnemoscope.trace.store import TraceWriter, load_answers, load_traces
     from mnemoscope.trace.templates import default_stops

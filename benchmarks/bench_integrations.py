@@ -72,6 +72,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.bench.reliance import load_reliance
     from mnemoscope.integrations import otel
     from mnemoscope.integrations.langchain import (
@@ -86,7 +87,6 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
         MnemoscopeLlamaLLM,
         qa_prompt,
     )
-    from mnemoscope.pipelines.audit import Auditor
     from mnemoscope.provenance import provenance
 
     load_start = _load()

@@ -233,15 +233,19 @@ def _llama(threads: int, interrupt: bool = True, kind: str = "lcp") -> Any:
 
 
 def _auditor(server: Any, profile: str | None) -> Any:
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
-    from mnemoscope.pipelines.endpoint import EndpointAuditor, load_endpoint_profile
 
     client = EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=600))
     if profile is None or not (Path(profile) / "profile.json").is_file():
         import tempfile
 
+        from mnemoscope.audit.endpoint_calibration import (
+            EndpointCalibrationConfig,
+            calibrate_endpoint_profile,
+        )
         from mnemoscope.data.records import Record
-        from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
         verified = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
         items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]
@@ -255,7 +259,7 @@ def _auditor(server: Any, profile: str | None) -> Any:
         )
     else:
         prof = load_endpoint_profile(profile)
-    return EndpointAuditor(client, prof)
+    return Auditor.from_endpoint(client, prof)
 
 
 class ProxyProcess:

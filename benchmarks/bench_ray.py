@@ -3,7 +3,7 @@
 The default model audits the same records (reliance items, the shipped profile, rule
 ``combined``, the profile's T) four ways, each into a fresh folder:
 
-* ``local_1t``: :func:`~mnemoscope.pipelines.audit.run_audit_file` in this process, 1 torch thread;
+* ``local_1t``: :func:`~mnemoscope.audit.auditor.run_audit_file` in this process, 1 torch thread;
 * ``local_2t``: the same with 2 torch threads (the whole machine);
 * ``ray_1w``: ``--engine ray --workers 1`` (1 CPU, 1 thread per actor);
 * ``ray_2w``: ``--engine ray --workers 2`` (1 CPU, 1 thread each).
@@ -54,7 +54,7 @@ def _rows(path: Path) -> dict[str, str]:
 
 def driver(n: int, batch_size: int, out: str) -> None:
     """Records/s of the driver's own work: validation and fsynced appends (no model, no Ray)."""
-    from mnemoscope.pipelines.audit import parse_audit_lines
+    from mnemoscope.audit.auditor import parse_audit_lines
     from mnemoscope.provenance import provenance
 
     work = Path(tempfile.mkdtemp(prefix="bench_ray_driver_"))
@@ -109,8 +109,8 @@ def main() -> None:
     import ray
     import torch
 
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
     from mnemoscope.bench.reliance import load_reliance
-    from mnemoscope.pipelines.audit import Auditor, run_audit_file
     from mnemoscope.pipelines.ray_engine import RayOptions, ray_audit_file
     from mnemoscope.provenance import provenance
 

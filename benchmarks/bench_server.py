@@ -124,9 +124,9 @@ def bare_reference(
 ) -> dict[str, Any]:
     import torch
 
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
-    from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.trace import Tracer, prepare_pair
     from mnemoscope.trace.pair import PairItem
 

@@ -31,8 +31,8 @@ CHILD = r"""
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
 from mnemoscope.models import load_model
-from mnemoscope.pipelines.audit import Auditor, AuditRequest, AuditFailure
-from mnemoscope.pipelines.profile import default_profile_path, load_profile
+from mnemoscope.audit.auditor import Auditor, AuditRequest, AuditFailure
+from mnemoscope.audit.profile import default_profile_path, load_profile
 items = json.loads(sys.argv[2]); batches = [int(b) for b in sys.argv[3].split(",")]
 prof_dir = sys.argv[4] or None
 lm = load_model("default")

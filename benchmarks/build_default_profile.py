@@ -54,10 +54,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args()
 
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.data.records import Record
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
 
     items = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
     calib_ids, test_ids = split_by_fact(items, args.seed, args.test_fraction)

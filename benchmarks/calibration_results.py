@@ -30,8 +30,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "calibration"
 
 
 def record(name: str, run_dir: Path) -> Path:
-    from mnemoscope.pipelines.profile import load_profile
-    from mnemoscope.pipelines.validation import profile_status
+    from mnemoscope.audit.profile import load_profile
+    from mnemoscope.audit.validation import profile_status
     from mnemoscope.provenance import provenance
     from mnemoscope.report.profile_card import profile_card, render_text
 

@@ -175,9 +175,9 @@ def _verdicts(ok: list[dict[str, Any]], split_path: Path) -> dict[str, Any]:
     and on all items. The shipped profile's own tau (full-vocabulary KL, the same calibration
     items) is applied to the in-process full Z as a check.
     """
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.cli.profile_cmd import shipped_default_profile
     from mnemoscope.detectors.repcs import RePCS
-    from mnemoscope.pipelines.profile import load_profile
 
     split = json.loads(split_path.read_text())
     cal, test = set(split["calibration_ids"]), set(split["test_ids"])

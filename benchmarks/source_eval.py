@@ -121,7 +121,7 @@ def conflicts(path: Path, per_category: int) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> None:
     import mnemoscope
-    from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest
+    from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest
     from mnemoscope.provenance import provenance
 
     items = held_out()

@@ -3,7 +3,7 @@
 A. Cross-validation over every verified context-reliance item (``bench verify --chat``;
    5 folds grouped by fact): the verdict model (signal selection, logistic combination,
    conformal threshold, and the token-attribution margin) is refitted on each training part by
-   the library's own ``mnemoscope.pipelines.calibrate.fit_verdict`` (what the profile build calls);
+   the library's own ``mnemoscope.audit.calibrate.fit_verdict`` (what the profile build calls);
    reported: the combination's AUC with a bootstrap CI against each single signal's AUC, the
    realised false-flag rate on held-out clean items next to alpha, memory recall, accuracy.
 B. The held-out third (``results/verdict/split.json``, never seen by the shipped profile),
@@ -41,16 +41,16 @@ def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
+    from mnemoscope.audit.calibrate import fit_verdict, oof_crm_probability, token_margin
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.signals import answer_pieces, trace_signals
     from mnemoscope.detectors.repcs import RePCS
     from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
     from mnemoscope.features.crm import crm_data_from_pairs
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.calibrate import fit_verdict, oof_crm_probability, token_margin
     from mnemoscope.pipelines.crm.eval import CRMEvalConfig
     from mnemoscope.pipelines.crm.extract import CRMFolder
     from mnemoscope.pipelines.crm.run import fit_crm
-    from mnemoscope.pipelines.profile import CalibrationConfig
-    from mnemoscope.pipelines.signals import answer_pieces, trace_signals
     from mnemoscope.trace import load_traces
 
     lm = load_model("default")
@@ -150,7 +150,7 @@ def held_out_items(verified: list[dict]) -> list[dict]:
 
 
 def part_b(verified: list[dict], auditor: Any) -> dict[str, Any]:
-    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+    from mnemoscope.audit.auditor import AuditFailure, AuditRequest
 
     items = held_out_items(verified)
     t0 = time.perf_counter()
@@ -220,8 +220,8 @@ def held_out_metrics(items: list[dict], audits: list[dict | None], secs: float) 
 
 
 def part_c(auditor: Any, path: Path) -> dict[str, Any]:
+    from mnemoscope.audit.auditor import AuditFailure, AuditRequest
     from mnemoscope.bench.mixed import find_part
-    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
 
     items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     results = _audit_all(auditor, [AuditRequest(it["context"], it["query"], id=it["id"]) for it in items])
@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "eval.json"))
     args = ap.parse_args()
 
-    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.audit.auditor import Auditor
 
     auditor = Auditor.from_spec("default")
     verified = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]

@@ -34,7 +34,7 @@ ALLOW = ("memory_flag", "crm.label")
 
 
 def special_cases() -> list[Any]:
-    from mnemoscope.pipelines.audit import AuditRequest
+    from mnemoscope.audit.auditor import AuditRequest
 
     return [
         AuditRequest("", "What is the capital of France?", id="empty-context"),
@@ -58,7 +58,7 @@ def special_cases() -> list[Any]:
 
 
 def run(out: Path, profile: str | None = None) -> float:
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
 
     verified = [json.loads(x) for x in (RESULTS / "verified.jsonl").read_text().splitlines() if x.strip()]
     items = held_out_items(verified)

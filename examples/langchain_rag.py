@@ -29,7 +29,7 @@ from mnemoscope.integrations.langchain import (
     MnemoscopeLLM,
     rag_prompt,
 )
-from mnemoscope.pipelines.audit import Auditor
+from mnemoscope.audit.auditor import Auditor
 
 N_DOCS = 40  # documents in the store: 20 well-known facts (capitals, authors), 20 invented ones
 QUESTIONS = ("rel-mem-000", "rel-mem-061", "rel-clean-000", "rel-clean-001")

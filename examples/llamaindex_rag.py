@@ -29,7 +29,7 @@ from mnemoscope.integrations.llamaindex import (
     MnemoscopeLlamaLLM,
     qa_prompt,
 )
-from mnemoscope.pipelines.audit import Auditor
+from mnemoscope.audit.auditor import Auditor
 
 QUESTIONS = ("rel-mem-001", "rel-mem-062", "rel-clean-002", "rel-clean-003")
 

@@ -87,9 +87,9 @@ def endpoint_profile(llama_server, tmp_path_factory):
     items of the verified context-reliance set, chat template of the default model)."""
     import json
 
+    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
-    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
     verified = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "verdict" / "verified.jsonl"
     items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]

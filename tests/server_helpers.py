@@ -49,9 +49,9 @@ def tiny_records(n: int = 40) -> list[Any]:
 def build_tiny_service(root: Path) -> tuple[Path, Path]:
     """Save a tiny llama + tokenizer to ``root/model`` and calibrate ``root/profile`` for it."""
     from helpers import tiny_model, tiny_tokenizer
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
 
     model_dir = root / "model"
     if not (model_dir / "config.json").is_file():

@@ -10,7 +10,9 @@ Layers (lower first; a module may import its own layer and any lower one, never 
     detectors   numbers -> fitted estimators and scores
     report      results -> figures and tables
     bench       ground truth (authored data, loaders, injection, verification)
-    pipelines   one module per job: the only place a verdict or threshold is decided
+    audit       the audit core: requests, backends, signals, verdict, auditor, profile, calibration,
+                validation, draw, results, layout; the only place a verdict or threshold is decided
+    pipelines   the research jobs (crm, repcs, radar, scar, leaderboard, blind) and Ray
     server, integrations   serve / embed a pipeline
     cli         thin commands
 
@@ -18,7 +20,8 @@ Imports inside functions count too (a lazy import is still a dependency). Beyond
 
 * no import cycle anywhere, same-layer ones included (``from pkg import submodule`` is an edge to
   the submodule; a package's ``__init__`` importing its own submodules is an edge too);
-* a verdict is decided only in ``pipelines/``: a ``decide_*`` function is defined and called only
+* the audit core imports no research job (its layer is below ``pipelines/``);
+* a verdict is decided only in ``audit/``: a ``decide_*`` function is defined and called only
   there, no other layer compares a verdict score (``p_memory``, ``repcs_z``, ``anomaly_score``)
   with a threshold, and the consumers (server, integrations, cli) read the result's
   ``memory_flag`` instead of testing its ``source`` label against ``"memory"``/``"mixed"``/
@@ -53,7 +56,7 @@ RANK = {
     "identity": 0,
     "paths": 0,
     "registry": 0,
-    "__main__": 10,
+    "__main__": 11,
     "stats": 1,
     "data": 1,
     "models": 2,
@@ -62,10 +65,11 @@ RANK = {
     "detectors": 5,
     "report": 6,
     "bench": 7,
-    "pipelines": 8,
-    "server": 9,
-    "integrations": 9,
-    "cli": 10,
+    "audit": 8,
+    "pipelines": 9,
+    "server": 10,
+    "integrations": 10,
+    "cli": 11,
 }
 
 
@@ -196,13 +200,39 @@ def test_every_layer_is_known():
     assert not unknown, f"add these packages to the layer table in {__file__}: {unknown}"
 
 
+# (module, imported module prefix): the only allowed upward imports, each being removed by a change
+# in flight; test_known_violations_are_still_there fails the moment one is gone, so that its
+# allowance is deleted with it.
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("mnemoscope.audit.calibrate", "mnemoscope.pipelines.crm"): (
+        "issue 35: calibration's CRM part moves behind a fitter interface (pipelines/crm plugs in)"
+    ),
+}
+
+
+def _known(mod: str, target: str) -> bool:
+    return any(mod == m and target.startswith(t) for m, t in KNOWN_UPWARD)
+
+
+def test_known_violations_are_still_there():
+    seen = {
+        (m, t)
+        for mod, path in MODULES.items()
+        for target, _, _ in _imports(mod, path)
+        for m, t in KNOWN_UPWARD
+        if mod == m and target.startswith(t)
+    }
+    gone = sorted(set(KNOWN_UPWARD) - seen)
+    assert not gone, f"these violations are gone: delete their allowance in KNOWN_UPWARD: {gone}"
+
+
 def test_no_module_imports_a_higher_layer():
     bad = []
     for mod, path in MODULES.items():
         mine = RANK[_layer(mod)]
         for target, _, line in _imports(mod, path):
             theirs = RANK.get(_layer(target), 0)
-            if theirs > mine:
+            if theirs > mine and not _known(mod, target):
                 bad.append(
                     f"{path.relative_to(SRC.parent)}:{line} ({_layer(mod) or 'base'}) imports {target}"
                 )
@@ -256,7 +286,7 @@ def test_server_imports_without_the_benchmark_package(blocked):
     code = (
         "import sys\n"
         f"sys.modules[{blocked!r}] = None\n"
-        "import mnemoscope.server, mnemoscope.server.app, mnemoscope.server.schemas, mnemoscope.pipelines.audit\n"
+        "import mnemoscope.server, mnemoscope.server.app, mnemoscope.server.schemas, mnemoscope.audit.auditor\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -278,7 +308,7 @@ def test_no_import_cycle():
     )
 
 
-# -- verdicts are decided in pipelines/ only ------------------------------------------------------
+# -- verdicts are decided in audit/ only ------------------------------------------------------
 
 VERDICT_SCORES = frozenset({"p_memory", "repcs_z", "anomaly_score"})
 VERDICT_LABELS = frozenset({"memory", "mixed", "context"})
@@ -339,17 +369,17 @@ def _is_label(node: ast.AST) -> bool:
 
 
 def _verdict_sites() -> list[tuple[str, int, str, str]]:
-    """(path, line, expression, why) of every verdict decided outside pipelines/."""
+    """(path, line, expression, why) of every verdict decided outside audit/."""
     out = []
     for mod, path in MODULES.items():
         layer = _layer(mod)
-        if layer == "pipelines":
+        if layer == "audit":
             continue
         tree = _tree(path)
         pieces = _piece_variables(tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("decide_"):
-                out.append((_rel(path), node.lineno, node.name, "a decide_* function outside pipelines/"))
+                out.append((_rel(path), node.lineno, node.name, "a decide_* function outside audit/"))
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
@@ -399,11 +429,11 @@ def test_verdict_scanner_sees_the_patterns():
     assert _key(cmp[2].left) in VERDICT_FIELDS
 
 
-def test_verdicts_are_decided_in_pipelines_only():
+def test_verdicts_are_decided_in_the_audit_core_only():
     bad = [f"{p}:{line} {expr!r}: {why}" for p, line, expr, why in _verdict_sites()]
     assert not bad, (
-        "a verdict decided outside pipelines/ (read AuditResult.memory_flag / source, or add the rule to "
-        "pipelines/):\n" + "\n".join(bad)
+        "a verdict decided outside audit/ (read AuditResult.memory_flag / source, or add the rule to "
+        "audit/):\n" + "\n".join(bad)
     )
 
 

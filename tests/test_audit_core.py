@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from helpers import tiny_tokenizer
+from mnemoscope.audit.results import EarlyStop, EarlyStopError, ResultsFile, ResultsFolder, cause_key
+from mnemoscope.audit.signals import answer_pieces
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.results import EarlyStop, EarlyStopError, ResultsFile, ResultsFolder, cause_key
-from mnemoscope.pipelines.signals import answer_pieces
 
 # -- answer pieces: incremental decoding, same output as decoding growing prefixes ----------------
 
@@ -211,9 +211,9 @@ def test_early_stop_disarmed_by_a_success_or_two_causes() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_auditor(tiny_service: Any) -> Any:
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.profile import load_profile
 
     model_dir, prof = tiny_service
     lm = load_model(str(model_dir))
@@ -221,7 +221,7 @@ def tiny_auditor(tiny_service: Any) -> Any:
 
 
 def test_run_audit_file_stops_early_on_one_cause(tiny_auditor: Any, tmp_path: Path) -> None:
-    from mnemoscope.pipelines.audit import run_audit_file
+    from mnemoscope.audit.auditor import run_audit_file
 
     inp = tmp_path / "in.jsonl"
     rows = [{"id": f"r{i}", "context": "a long context " * (20 + i), "query": "Where?"} for i in range(12)]
@@ -276,8 +276,8 @@ class _NoHiddenStates:
 
 
 def test_every_backend_runs_the_hooks_and_the_same_scoring(tiny_auditor: Any) -> None:
-    from mnemoscope.pipelines import audit as audit_mod
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
+    from mnemoscope.audit import auditor as audit_mod
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
 
     remote = Auditor(_NoHiddenStates(tiny_auditor.backend), rule="repcs")
     local = Auditor(tiny_auditor.backend, rule="repcs")
@@ -310,8 +310,8 @@ def test_a_profile_whose_signals_the_backend_cannot_measure_is_refused_naming_th
     import copy
     import dataclasses
 
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.verdict import unmeasurable_signals
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.verdict import unmeasurable_signals
 
     assert unmeasurable_signals(("repcs_z", "fact_pmi"), hidden_states=False, closed_book_answer=False) == {}
     assert unmeasurable_signals(

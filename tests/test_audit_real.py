@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, run_audit_file
+from mnemoscope.audit.profile import ProfileError, default_profile_path, load_profile
 from mnemoscope.errors import InputError, InputTooLongError
-from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
-from mnemoscope.pipelines.profile import ProfileError, default_profile_path, load_profile
 
 pytestmark = pytest.mark.real_model
 

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from helpers import tiny_lm, zor_records
+from mnemoscope.audit.calibrate import calibrate_profile
+from mnemoscope.audit.profile import CalibrationConfig, ProfileError, load_profile, profile_hash
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.calibrate import calibrate_profile
-from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile, profile_hash
 from mnemoscope.trace import PairConfig, PairItem, Tracer
 from mnemoscope.trace.lockstep import MIN_SHARED_PREFIX, trace_lockstep
 from mnemoscope.trace.pair import prepare_pair, trace_prepared
@@ -225,7 +225,7 @@ def test_a_default_calibration_traces_no_hidden_states_and_saves_no_crm(no_crm: 
 
 
 def test_a_profile_without_crm_loads_and_audits(no_crm: tuple[Any, Path]) -> None:
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
     from mnemoscope.report.profile_card import profile_card, render_text
 
     lm, out = no_crm
@@ -257,7 +257,7 @@ def test_a_profile_without_crm_loads_and_audits(no_crm: tuple[Any, Path]) -> Non
 def test_a_profile_without_crm_is_served(no_crm: tuple[Any, Path], tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.server.app import create_app
     from mnemoscope.server.config import load_settings
     from mnemoscope.server.storage import open_store
@@ -280,7 +280,7 @@ def test_a_profile_without_crm_is_served(no_crm: tuple[Any, Path], tmp_path: Pat
 def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
     """``with_crm`` (or a CRM signal) traces the hidden states and saves crm.npz, hashed with the
     header as before; the shipped profile (made with crm.npz) loads unchanged."""
-    from mnemoscope.pipelines.profile import DEFAULT_PROFILES
+    from mnemoscope.audit.profile import DEFAULT_PROFILES
 
     assert CalibrationConfig(verdict_candidates=("repcs_z", "crm_probability")).with_crm
     assert CalibrationConfig(classifier="xgb").with_crm and not CalibrationConfig().with_crm
@@ -363,7 +363,7 @@ def test_with_crm_is_refused_over_an_endpoint(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_crm_options_ask_for_crm(tiny_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mnemoscope.pipelines.calibrate as cal
+    import mnemoscope.audit.calibrate as cal
     from mnemoscope.cli.main import main
 
     seen: list[CalibrationConfig] = []

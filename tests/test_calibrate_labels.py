@@ -14,18 +14,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mnemoscope.bench.label_check import check_item, check_verifiable, verify_labels
-from mnemoscope.data.records import Record
-from mnemoscope.errors import InputError
-from mnemoscope.pipelines.calibrate import calibrate_profile, check_class_counts
-from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile
-from mnemoscope.pipelines.validation import (
+from mnemoscope.audit.calibrate import calibrate_profile, check_class_counts
+from mnemoscope.audit.profile import CalibrationConfig, ProfileError, load_profile
+from mnemoscope.audit.validation import (
     binomial_ci,
     read_held_out,
     source_of_row,
     split_by_fact,
     validation_from_rows,
 )
+from mnemoscope.bench.label_check import check_item, check_verifiable, verify_labels
+from mnemoscope.data.records import Record
+from mnemoscope.errors import InputError
 
 
 def _rec(i: int, label: int, answer: str, **extra: Any) -> Record:
@@ -165,8 +165,8 @@ def test_card_numbers_equal_a_recomputation_from_the_stored_held_out_rows(tiny_p
 
 
 def test_a_marked_profile_says_so_in_every_audit_and_the_layout_is_checked(tiny_profile: Any) -> None:
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.validation import profile_status
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.validation import profile_status
 
     lm, out = tiny_profile
     prof = load_profile(out, model=lm.info)
@@ -181,7 +181,7 @@ def test_a_marked_profile_says_so_in_every_audit_and_the_layout_is_checked(tiny_
         Auditor(lm, prof, layout={"stop": ["END"]})
     Auditor(lm, prof, layout={"max_new_tokens": 4, "stop": prof.layout["stop"]})  # the same: accepted
     # per request (server, proxy, batch files): a longer answer than the profile saw is refused, named
-    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
+    from mnemoscope.audit.requests import AuditFailure, AuditRequest
 
     longer, shorter = Auditor(lm, prof).audit(
         [AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?", max_new_tokens=9),
@@ -196,8 +196,8 @@ def test_a_model_without_profile_names_the_command_and_the_cache_is_found(
 ) -> None:
     import shutil
 
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.profile import cached_profile_dir, default_profile_path
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import cached_profile_dir, default_profile_path
 
     lm, out = tiny_profile
     monkeypatch.setenv("MNEMOSCOPE_CACHE_DIR", str(tmp_path))
@@ -265,11 +265,11 @@ def test_endpoint_calibration_verifies_splits_and_writes_the_card(
     endpoint backend and the card is written."""
     from types import SimpleNamespace
 
+    import mnemoscope.audit.endpoint_calibration as ep
     import mnemoscope.bench.reliance as rel
-    import mnemoscope.pipelines.endpoint as ep
     from helpers import tiny_lm
+    from mnemoscope.audit.signals import answer_pieces
     from mnemoscope.models.endpoint import Capabilities, EndpointFingerprint
-    from mnemoscope.pipelines.signals import answer_pieces
     from mnemoscope.trace import PairConfig, PairItem, load_traces
     from mnemoscope.trace.pipeline import run_pairs
 
@@ -338,7 +338,7 @@ def test_a_profile_whose_held_out_false_flags_exceed_alpha_is_marked() -> None:
     profile, as a low AUC does; within sampling of alpha it stays validated."""
     from types import SimpleNamespace
 
-    from mnemoscope.pipelines.validation import profile_status
+    from mnemoscope.audit.validation import profile_status
 
     def card(flags: int, lo: float, hi: float) -> dict[str, Any]:
         return {
@@ -364,7 +364,7 @@ def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Pat
     the threshold is the conformal quantile of ``p_memory`` that ``Auditor.score`` gives the
     recorded conformal answers, and the CRM the audits use never fitted on them."""
     from helpers import tiny_lm
-    from mnemoscope.pipelines.audit import Auditor
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.pipelines.crm.extract import load_folder
     from mnemoscope.stats.conformal import conformal_upper
     from server_helpers import tiny_records
@@ -394,7 +394,7 @@ def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Pat
 
 
 def test_the_default_verdict_uses_black_box_signals_only() -> None:
-    from mnemoscope.pipelines.profile import BLACK_BOX_SIGNALS
+    from mnemoscope.audit.profile import BLACK_BOX_SIGNALS
 
     assert set(CalibrationConfig().verdict_candidates) <= set(BLACK_BOX_SIGNALS)
     assert "crm_probability" not in BLACK_BOX_SIGNALS and "lts_score" not in BLACK_BOX_SIGNALS
@@ -448,10 +448,10 @@ def test_labels_given_with_some_records_unlabelled_is_refused_on_both_backends(t
     """`--labels given` on the shipped kind of input, whose knowledge-conflict records carry no label:
     an error naming the first unlabelled record and how many, before any model or server call, never
     an all-clean calibration."""
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
+    from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.data.records import Record
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
 
     recs = [Record(id=f"m{i}", context="c", query="q", label=i % 2) for i in range(6)]
     recs += [Record(id=f"conflict-{i}", context="c", query="q", label=None) for i in range(3)]

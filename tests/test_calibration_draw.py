@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from mnemoscope.audit.draw import draw_order, draw_until, queue_of
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.draw import draw_order, draw_until, queue_of
 
 
 def _pool(n_per_diff: int = 30) -> list[dict[str, Any]]:
@@ -111,8 +111,8 @@ def test_a_rerun_draws_the_same_records() -> None:
 
 def test_calibrate_profile_draws_per_class_and_records_it(tmp_path: Path) -> None:
     from helpers import tiny_lm, zor_records
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
 
     lm = tiny_lm(layers=2)
     recs = zor_records(80)

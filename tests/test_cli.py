@@ -294,8 +294,8 @@ def test_http_request_lines_are_quiet_unless_debugging() -> None:
 def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_path, monkeypatch):
     """On the shipped data without --max-records / --per-class, calibrate draws until 300 answers
     of each class verify (at most 2400 traced); --max-records alone keeps a fixed sample."""
-    import mnemoscope.pipelines.calibrate as cal
-    from mnemoscope.pipelines.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
+    import mnemoscope.audit.calibrate as cal
+    from mnemoscope.audit.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
 
     seen: list[tuple[int, Any]] = []
 

@@ -271,7 +271,7 @@ def test_endpoint_profile_has_black_box_verdict(endpoint_profile):
     v = endpoint_profile.verdict
     assert v is not None and set(v.selected_) <= {"repcs_z", "closed_book_logprob", "context_token_fraction"}
     # an in-process loader refuses it, naming the fix
-    from mnemoscope.pipelines.profile import ProfileError, load_profile
+    from mnemoscope.audit.profile import ProfileError, load_profile
 
     with pytest.raises(ProfileError, match="--endpoint"):
         load_profile(endpoint_profile.path)
@@ -306,21 +306,20 @@ def test_cli_audit_over_endpoint(llama_server, endpoint_profile, capsys):
 def test_profile_refuses_another_model(client, endpoint_profile):
     import dataclasses
 
-    from mnemoscope.pipelines.endpoint import EndpointAuditor
-    from mnemoscope.pipelines.profile import EndpointSettings, ProfileError
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import EndpointSettings, ProfileError
 
     settings = endpoint_profile.endpoint
     other = EndpointFingerprint("other", {p: {"zz": -0.01} for p in settings.fingerprint.probes})
     fake = dataclasses.replace(endpoint_profile, endpoint=EndpointSettings(settings.pair_config, other))
     with pytest.raises(ProfileError, match="differs"):
-        EndpointAuditor(client, fake)
+        Auditor.from_endpoint(client, fake)
 
 
 def test_batch_keeps_going_and_lists_failures(client, endpoint_profile, tmp_path):
-    from mnemoscope.pipelines.audit import run_audit_file
-    from mnemoscope.pipelines.endpoint import EndpointAuditor
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
 
-    aud = EndpointAuditor(client, endpoint_profile, check_identity=False)
+    aud = Auditor.from_endpoint(client, endpoint_profile, check_identity=False)
     inp = tmp_path / "in.jsonl"
     huge = "Quenmar lies on the Zorblat. " * 700  # over the server's 4096-token window
     rows = [
@@ -383,7 +382,7 @@ def test_no_api_key_in_stored_profile(endpoint_profile):
 
 
 def test_calibrate_needs_valid_signals():
-    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig
+    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig
 
     with pytest.raises(InputError, match="hidden states"):
         EndpointCalibrationConfig(verdict_candidates=("repcs_z", "crm_probability"))
@@ -393,13 +392,13 @@ def test_audit_service_with_a_served_model(client, endpoint_profile, tmp_path):
     """`mnemoscope serve --endpoint`: the audit server's engine is the endpoint auditor."""
     from fastapi.testclient import TestClient
 
-    from mnemoscope.pipelines.endpoint import EndpointAuditor
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.server.app import create_app
     from mnemoscope.server.config import load_settings
     from mnemoscope.server.storage import open_store
 
     settings = load_settings(None, {"max_wait_ms": 5}, env={"MNEMOSCOPE_API_KEYS": "k"})
-    eng = EndpointAuditor(client, endpoint_profile, check_identity=False)
+    eng = Auditor.from_endpoint(client, endpoint_profile, check_identity=False)
     with TestClient(create_app(settings, engine=eng, store=open_store(tmp_path / "a.db"))) as c:
         r = c.post(
             "/v1/audit",
@@ -566,8 +565,8 @@ def test_endpoint_audit_emits_the_audit_span(client, endpoint_profile):
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
     from mnemoscope.integrations import otel
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
 
     exp = InMemorySpanExporter()
     tp = TracerProvider()

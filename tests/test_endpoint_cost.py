@@ -508,7 +508,7 @@ def test_fingerprint_on_llama_server(native_server):
     """llama-server answers /v1/completions log-probs in the chat-style ``content`` format: the
     fingerprint (what ``calibrate --endpoint`` records and every endpoint audit checks) reads it, and
     the same server fingerprints the same twice."""
-    from mnemoscope.pipelines.backends import compare_fingerprints
+    from mnemoscope.audit.backends import compare_fingerprints
 
     with _client(native_server) as c:
         a, b = c.fingerprint(), c.fingerprint()

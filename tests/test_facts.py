@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from mnemoscope.audit.verdict import decide_source, decide_source_facts
 from mnemoscope.errors import InputError
 from mnemoscope.features.facts import (
     FACT_SIGNALS,
@@ -18,7 +19,6 @@ from mnemoscope.features.facts import (
     fact_words,
     topk_entropy,
 )
-from mnemoscope.pipelines.verdict import decide_source, decide_source_facts
 
 
 def _facts(

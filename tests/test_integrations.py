@@ -54,9 +54,9 @@ class KeywordRetriever(BaseRetriever):
 
 @pytest.fixture(scope="module")
 def auditor(tiny_service: Any) -> Any:
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.profile import load_profile
 
     model_dir, prof = tiny_service
     lm = load_model(str(model_dir))
@@ -230,7 +230,7 @@ def test_plain_runnable_retrieval_marked_audits_the_prompt_the_llm_received(audi
     chat = bool(auditor.profile.header["prompt"]["chat"])  # MnemoscopeLLM wraps chat prompts as a user turn
     assert rec.context["prompt"]["layout"] == ("user" if chat else "prompt")
     # the same two prompts through the Auditor directly: the same verdict (nothing decided here)
-    from mnemoscope.pipelines.requests import AuditRequest
+    from mnemoscope.audit.requests import AuditRequest
 
     user = OWN_PROMPT.format(context=DOCS["quenmar"], question=q)
     tok = auditor.tracer.tokenizer
@@ -421,7 +421,7 @@ def test_audit_spans_carry_verdict_and_parent(auditor: Any, spans: Any) -> None:
 def test_failed_and_skipped_audits_emit_spans(auditor: Any, spans: Any) -> None:
     from opentelemetry.trace import StatusCode
 
-    from mnemoscope.pipelines.audit import AuditRequest
+    from mnemoscope.audit.auditor import AuditRequest
 
     _, exp = spans
     auditor.audit([AuditRequest("ctx \x07", "Where?")])
@@ -452,8 +452,8 @@ def test_tracing_off_costs_nothing_and_dead_collector_warns_once(tiny_service: A
     code = (
         "import sys, json\n"
         "from mnemoscope.models import load_model\n"
-        "from mnemoscope.pipelines.audit import Auditor\n"
-        "from mnemoscope.pipelines.profile import load_profile\n"
+        "from mnemoscope.audit.auditor import Auditor\n"
+        "from mnemoscope.audit.profile import load_profile\n"
         "from mnemoscope.integrations import otel\n"
         "otel.install()  # what the CLI, the server and the integrations do\n"
         f"lm = load_model({str(model_dir)!r}); a = Auditor(lm, load_profile({str(prof)!r}, model=lm.info))\n"

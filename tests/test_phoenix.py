@@ -117,6 +117,8 @@ def rag_run(phoenix: str, real_lm: Any) -> dict[str, Any]:
     from langchain_core.runnables import RunnableLambda, RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
 
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import default_profile_path, load_profile
     from mnemoscope.bench.reliance import load_reliance
     from mnemoscope.integrations import otel
     from mnemoscope.integrations.langchain import (
@@ -126,8 +128,6 @@ def rag_run(phoenix: str, real_lm: Any) -> dict[str, Any]:
         rag_prompt,
     )
     from mnemoscope.integrations.phoenix import tracer_provider
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.profile import default_profile_path, load_profile
 
     items = load_reliance()
     by_id = {it["id"]: it for it in items}

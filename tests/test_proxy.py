@@ -33,7 +33,7 @@ APP_MESSAGES = [
 
 
 def test_default_layout_finds_the_last_context_block_and_removes_only_it():
-    from mnemoscope.pipelines.layout import locate_context
+    from mnemoscope.audit.layout import locate_context
 
     loc = locate_context({"messages": APP_MESSAGES})
     assert not isinstance(loc, str)
@@ -44,7 +44,7 @@ def test_default_layout_finds_the_last_context_block_and_removes_only_it():
 
 
 def test_layout_specs_message_delimiters_text_and_tags():
-    from mnemoscope.pipelines.layout import locate_context
+    from mnemoscope.audit.layout import locate_context
 
     sys_msgs = [
         {"role": "system", "content": f"Answer from these documents.\n<docs>{CTX}</docs>\nBe brief."},
@@ -71,8 +71,8 @@ def test_layout_specs_message_delimiters_text_and_tags():
 
 
 def test_unlocatable_context_says_why_and_bad_specs_name_the_field():
+    from mnemoscope.audit.layout import locate_context
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.layout import locate_context
 
     why = locate_context({"messages": [{"role": "user", "content": "Hello there"}]})
     assert isinstance(why, str) and "could not be located" in why
@@ -84,7 +84,7 @@ def test_unlocatable_context_says_why_and_bad_specs_name_the_field():
 
 
 def test_profile_layout_refuses_what_it_was_not_calibrated_for():
-    from mnemoscope.pipelines.layout import LayoutMismatch, check_layout, locate_context, profile_layout
+    from mnemoscope.audit.layout import LayoutMismatch, check_layout, locate_context, profile_layout
 
     chat_header = {"prompt": {"chat": True}}
     assert profile_layout(chat_header) == "user" and profile_layout({"prompt": {"chat": False}}) == "prompt"
@@ -132,13 +132,13 @@ class _Running:
 
 
 def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False, **settings):
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
-    from mnemoscope.pipelines.endpoint import EndpointAuditor
     from mnemoscope.server.proxy import ProxySettings, create_proxy_app
     from mnemoscope.server.storage import open_store
 
     client = EndpointClient(EndpointConfig(llama_server.base_url, concurrency=1, timeout=300))
-    auditor = EndpointAuditor(client, endpoint_profile)
+    auditor = Auditor.from_endpoint(client, endpoint_profile)
     if dead_auditor:  # the auditing server goes away after start-up
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -114,9 +114,9 @@ def test_audit_equals_local_engine_resumes_and_refuses_another_run(
 ) -> None:
     import pyarrow.parquet as pq
 
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import Auditor, run_audit_file
-    from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.pipelines.ray_engine import ray_audit_file
 
     model_dir, profile = tiny_service
@@ -166,9 +166,9 @@ def test_audit_parquet_input(ray_cluster: Any, tiny_service: tuple[Path, Path], 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.audit import Auditor, run_audit_file
-    from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.pipelines.ray_engine import ray_audit_file
 
     model_dir, profile = tiny_service
@@ -344,8 +344,8 @@ def test_default_model_kill_a_worker_mid_run_every_record_once(
 ) -> None:
     """SIGKILL one of two actors after the first batch is written: Ray restarts it and retries its
     batch; every record ends up in results.jsonl exactly once, equal to the local engine's."""
-    from mnemoscope.pipelines.audit import Auditor, run_audit_file
-    from mnemoscope.pipelines.profile import default_profile_path, load_profile
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
+    from mnemoscope.audit.profile import default_profile_path, load_profile
     from mnemoscope.pipelines.ray_engine import ray_audit_file
 
     n = 6

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from mnemoscope.audit.profile import load_profile
 from mnemoscope.cli.main import main
 from mnemoscope.cli.profile_cmd import shipped_default_profile
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.profile import load_profile
 from mnemoscope.report.profile_card import NOT_MEASURED, profile_card, read_validation, render_text
 
 # -- the profile card -------------------------------------------------------------------------------

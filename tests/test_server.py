@@ -19,10 +19,10 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from helpers import tiny_lm
+from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, AuditResult
+from mnemoscope.audit.calibrate import calibrate_profile
+from mnemoscope.audit.profile import CalibrationConfig, ProfileError, load_profile
 from mnemoscope.errors import InputError, ModelMismatchError
-from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
-from mnemoscope.pipelines.calibrate import calibrate_profile
-from mnemoscope.pipelines.profile import CalibrationConfig, ProfileError, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import hash_key, load_settings

@@ -13,10 +13,10 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 
+from mnemoscope.audit.auditor import Auditor, AuditRequest, AuditResult
+from mnemoscope.audit.calibrate import calibrate_profile
+from mnemoscope.audit.profile import CalibrationConfig, load_profile
 from mnemoscope.data.records import read_records
-from mnemoscope.pipelines.audit import Auditor, AuditRequest, AuditResult
-from mnemoscope.pipelines.calibrate import calibrate_profile
-from mnemoscope.pipelines.profile import CalibrationConfig, load_profile
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
 from mnemoscope.server.storage import open_store

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from mnemoscope.audit.verdict import decide_source, source_evidence
 from mnemoscope.features.attribution import (
     answer_words,
     attribute_tokens,
@@ -16,7 +17,6 @@ from mnemoscope.features.attribution import (
     query_terms,
     supported_by,
 )
-from mnemoscope.pipelines.verdict import decide_source, source_evidence
 
 LOG2 = math.log(2)
 
@@ -208,7 +208,7 @@ def test_a_profile_measures_its_signal_with_the_query_match_it_was_calibrated_wi
     it did (exact whole words), so its verdict does not move; tokens and spans are normalised."""
     from types import SimpleNamespace
 
-    from mnemoscope.pipelines.signals import query_match_of
+    from mnemoscope.audit.signals import query_match_of
 
     pieces = [" The", " one", "-", " or", " two", "-", "letter", " symbol", " is", " U", "."]
     q = "Which one- or two-letter symbol is used for uranium?"

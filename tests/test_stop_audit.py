@@ -15,8 +15,8 @@ from test_stop import ascii_answers
 
 @pytest.fixture(scope="module")
 def stop_profile(lm, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import CalibrationConfig
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
 
     out = tmp_path_factory.mktemp("stop-profile")
     with ascii_answers(lm):
@@ -31,7 +31,7 @@ def stop_profile(lm, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 def test_template_less_profile_records_the_layout_default_stops() -> None:
-    from mnemoscope.pipelines.profile import CalibrationConfig
+    from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.trace.templates import DEFAULT_STOPS, default_stops
 
     assert CalibrationConfig().stop is None  # None = the layout's default
@@ -39,8 +39,8 @@ def test_template_less_profile_records_the_layout_default_stops() -> None:
 
 
 def test_audit_cuts_at_the_profiles_stop_and_says_where(lm, stop_profile) -> None:  # type: ignore[no-untyped-def]
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
     from mnemoscope.cli.render import render_audit
-    from mnemoscope.pipelines.audit import Auditor, AuditRequest
 
     assert stop_profile.stop == ("\n",) and stop_profile.builder.stop == ("\n",)
     auditor = Auditor(lm, stop_profile)
@@ -67,8 +67,8 @@ def test_audit_cuts_at_the_profiles_stop_and_says_where(lm, stop_profile) -> Non
 
 
 def test_an_audit_asking_for_other_stops_is_refused(lm, stop_profile) -> None:  # type: ignore[no-untyped-def]
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.profile import ProfileError
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.profile import ProfileError
 
     with pytest.raises(ProfileError, match="stop"):
         Auditor(lm, stop_profile, layout={"stop": ["\n\n"]})
@@ -80,8 +80,8 @@ def test_serve_refuses_stops_other_than_the_profiles(lm, stop_profile, monkeypat
     import uvicorn
 
     import mnemoscope.server.app as app_mod
+    from mnemoscope.audit.auditor import Auditor
     from mnemoscope.cli.main import main
-    from mnemoscope.pipelines.audit import Auditor
 
     monkeypatch.setattr(app_mod, "load_engine", lambda settings: Auditor(lm, stop_profile))
     started = []

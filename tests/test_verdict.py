@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
+from mnemoscope.audit.auditor import check_text, decide_source
 from mnemoscope.detectors.verdict import VerdictModel, evaluate_verdict
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import (
@@ -19,7 +20,6 @@ from mnemoscope.features.attribution import (
     context_token_fraction,
     merge_spans,
 )
-from mnemoscope.pipelines.audit import check_text, decide_source
 from mnemoscope.stats.conformal import conformal_lower, conformal_upper, min_n_for_alpha
 
 LOG2 = math.log(2)

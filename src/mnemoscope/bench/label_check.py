@@ -231,7 +231,7 @@ def gold_answers(item: Any, label: int | None) -> list[str]:
     """What a verified answer states: the expected answer and its aliases for a memory or clean
     item, the context's answer (and aliases) for a conflict item whose model followed the context
     (label 0). Used to tell a *clear* answer (it states that and nothing the context or the query
-    does not say) from one that adds other content (:func:`mnemoscope.pipelines.validation.answer_is_clear`)."""
+    does not say) from one that adds other content (:func:`mnemoscope.audit.validation.answer_is_clear`)."""
     it = item_fields(item)
     if _kind(it) == "conflict" and label == 0:
         vals = [it.get("context_answer"), *(it.get("context_aliases") or ())]

@@ -1,6 +1,6 @@
 """``mnemoscope audit``: did the answer come from the context or from the model's memory?
 
-Thin: parse, build an :class:`~mnemoscope.pipelines.audit.Auditor`, call it, render.
+Thin: parse, build an :class:`~mnemoscope.audit.auditor.Auditor`, call it, render.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "report", False) and not args.input:
         raise InputError("--report needs --input FILE --out DIR (a batch audit)", field="report")
 
+    from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, run_audit_file
     from mnemoscope.cli.options import load_from_args
     from mnemoscope.integrations import otel
-    from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, run_audit_file
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
     if args.endpoint:

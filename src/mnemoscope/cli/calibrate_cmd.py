@@ -213,9 +213,9 @@ def sample_records(records: list[Any], n: int | None, seed: int) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS, CalibrationConfig
     from mnemoscope.data.records import read_records
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS, CalibrationConfig
 
     path = args.input
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
 
         rc = calibrate_endpoint(args, records, errors)
         if rc == 0:
-            from mnemoscope.pipelines.profile import load_profile
+            from mnemoscope.audit.profile import load_profile
 
             print_card(load_profile(args.out, backend=None), args.json, time.perf_counter() - t0)
         return rc
@@ -322,9 +322,8 @@ def print_card(prof: Any, as_json: bool, seconds: float) -> None:
 def auto_profile(lm: Any, *, quiet: bool = False, cache: str | None = None) -> Path:
     """The profile of ``lm``: the shipped or cached one, else calibrate it once (the default
     ``mnemoscope calibrate`` settings on the shipped data) into ``<cache>/profiles/<fingerprint>/``."""
-    from mnemoscope.data.records import read_records
-    from mnemoscope.pipelines.calibrate import calibrate_profile
-    from mnemoscope.pipelines.profile import (
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import (
         DEFAULT_MAX_TRACED,
         DEFAULT_PER_CLASS,
         CalibrationConfig,
@@ -333,6 +332,7 @@ def auto_profile(lm: Any, *, quiet: bool = False, cache: str | None = None) -> P
         default_profile_path,
         estimate_calibration_seconds,
     )
+    from mnemoscope.data.records import read_records
 
     try:
         return default_profile_path(lm.info)

@@ -142,8 +142,9 @@ def _report_failures(failures: list[dict[str, Any]], where: str) -> None:
 
 
 def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) -> Any:
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.endpoint import EndpointAuditor, load_endpoint_profile
 
     if not args.profile:
         raise InputError(
@@ -151,17 +152,22 @@ def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) 
             "(the shipped profile needs hidden states and the in-process weights)",
             field="profile",
         )
-    return EndpointAuditor(client, load_endpoint_profile(args.profile), rule=rule, batch_size=batch_size)  # type: ignore[arg-type]
+    return Auditor.from_endpoint(
+        client,
+        load_endpoint_profile(args.profile),
+        rule=rule,  # type: ignore[arg-type]
+        batch_size=batch_size,
+    )
 
 
 def audit_endpoint(args: argparse.Namespace) -> int:
     """``mnemoscope audit --endpoint URL --profile DIR ...``."""
+    from mnemoscope.audit.auditor import AuditFailure, AuditRequest, run_audit_file
     from mnemoscope.cli.render import render_audit, use_colour
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest, run_audit_file
 
     if getattr(args, "closed_book_test", False):
-        from mnemoscope.pipelines.endpoint import closed_book_comparison
+        from mnemoscope.pipelines.closed_book import closed_book_comparison
 
         if args.input or args.query is None:
             raise InputError("--closed-book-test takes one --context and --query")
@@ -209,8 +215,8 @@ def _stops(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
+    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
     from mnemoscope.cli.options import verdict_signals
-    from mnemoscope.pipelines.endpoint import EndpointCalibrationConfig, calibrate_endpoint_profile
 
     cfg = EndpointCalibrationConfig(
         template=args.template,
@@ -266,9 +272,9 @@ def endpoint_engine(args: argparse.Namespace, rule: str, batch_size: int, profil
 
 
 def _traced(args: argparse.Namespace, client: Any, config: Any) -> tuple[list[Any], list[Any]]:
+    from mnemoscope.audit.endpoint_calibration import trace_records
     from mnemoscope.data import read_records
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.endpoint import trace_records
 
     records, errors = read_records(args.input, on_error=args.on_error)
     for e in errors:
@@ -302,7 +308,7 @@ def _detector(args: argparse.Namespace) -> Any:
 
 
 def _identity(client: Any, config: Any) -> tuple[dict[str, Any], Any]:
-    from mnemoscope.pipelines.endpoint import endpoint_model_info
+    from mnemoscope.audit.endpoint_calibration import endpoint_model_info
 
     caps = client.require_teacher_forcing()
     fp = client.fingerprint()
@@ -349,7 +355,7 @@ def repcs_calibrate_endpoint(args: argparse.Namespace) -> int:
 
 def repcs_score_endpoint(args: argparse.Namespace) -> dict[str, Any]:
     """``repcs score --endpoint``: the same results file as in-process (``repcs_cmd`` reports it)."""
-    from mnemoscope.pipelines.endpoint import score_file_endpoint
+    from mnemoscope.pipelines.repcs import score_file_endpoint
 
     with client_from_args(args) as client:
         return score_file_endpoint(

@@ -34,7 +34,7 @@ def shipped_default_profile() -> Path:
     """The profile shipped for the embedded default model (found without loading the model)."""
     from importlib import resources
 
-    from mnemoscope.pipelines.profile import DEFAULT_PROFILES, ProfileError
+    from mnemoscope.audit.profile import DEFAULT_PROFILES, ProfileError
 
     root = Path(str(resources.files(DEFAULT_PROFILES)))
     found = []
@@ -57,12 +57,12 @@ def shipped_default_profile() -> Path:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from mnemoscope.pipelines.profile import load_profile
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.report.profile_card import profile_card, render_text
 
     path = shipped_default_profile() if args.profile == "default" else Path(args.profile)
     profile = load_profile(path, backend=None)
-    from mnemoscope.pipelines.validation import profile_status
+    from mnemoscope.audit.validation import profile_status
 
     card = profile_card(profile, profile.validation)  # its profile_status is the live one (load_profile)
     card["status"] = profile_status(profile)

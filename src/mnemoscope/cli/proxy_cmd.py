@@ -111,8 +111,9 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
-    from mnemoscope.pipelines.endpoint import EndpointAuditor, load_endpoint_profile
     from mnemoscope.server.proxy import ProxySettings, create_proxy_app
     from mnemoscope.server.storage import open_store
 
@@ -125,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
             method=args.endpoint_method,
         )
     )
-    auditor = EndpointAuditor(client, load_endpoint_profile(args.profile), rule=args.rule)
+    auditor = Auditor.from_endpoint(client, load_endpoint_profile(args.profile), rule=args.rule)
     store = open_store(args.db)
     app = create_proxy_app(
         ProxySettings(

@@ -48,9 +48,9 @@ def register(sub: Any) -> None:
 def _profile_card(meta: dict[str, Any], profile: str | None) -> dict[str, Any] | None:
     """The card of the run's profile: ``--profile DIR``, else the shipped default profile when
     its hash is the one in meta.json; ``None`` when neither is the run's profile."""
+    from mnemoscope.audit.profile import load_profile
     from mnemoscope.cli.profile_cmd import shipped_default_profile
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.profile import load_profile
     from mnemoscope.report.profile_card import profile_card, read_validation
 
     try:

@@ -97,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
         engine = endpoint_engine(args, settings.rule, settings.max_batch_size, settings.profile)
     stops = stops_from_args(args)
     if stops is not None:  # the profile's stop sequences are the service's: another ask is refused now
-        from mnemoscope.pipelines.profile import check_layout
+        from mnemoscope.audit.profile import check_layout
         from mnemoscope.server.app import load_engine
 
         if engine is None:

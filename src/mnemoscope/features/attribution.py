@@ -487,7 +487,7 @@ def content_word(
     word: str, query: frozenset[str] | set[str] = frozenset(), n_tokens: int | None = None
 ) -> bool:
     """Whether a word names something (a name, a number or a term): the one content-word test of
-    the item-level source (:func:`mnemoscope.pipelines.verdict.decide_source`).
+    the item-level source (:func:`mnemoscope.audit.verdict.decide_source`).
 
     A word of the query (``query``: :func:`query_terms`) is never content, nor a function or
     discourse word. Otherwise a word is content when it

@@ -15,7 +15,7 @@ the rest of a name follows from its start on both paths. A phrase the answer rep
 where it first appears. When an answer has none, its other
 non-function words that are not the query's stand in (``fallback``: a lowercase common-noun answer
 such as "mitochondria" split in two pieces); an answer with neither ("Yes.") has no answer-bearing
-word, and its source is ``undetermined`` (:func:`mnemoscope.pipelines.verdict.decide_source`).
+word, and its source is ``undetermined`` (:func:`mnemoscope.audit.verdict.decide_source`).
 
 For each answer-bearing word, from the paired trace's teacher-forced steps (both paths scored on
 the same answer, so step ``t`` of both is the same position):
@@ -379,7 +379,7 @@ def fact_signals(facts: AnswerFacts) -> dict[str, float]:
 
     An answer with no answer-bearing word has no fact to measure: the signals take fixed neutral
     values (a finite row the verdict model can score), and the audit neither flags it nor gives it a
-    source (``undetermined``, :func:`mnemoscope.pipelines.verdict.decide_source`).
+    source (``undetermined``, :func:`mnemoscope.audit.verdict.decide_source`).
     """
     ws = facts.words
     if not ws:

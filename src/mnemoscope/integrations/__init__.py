@@ -1,7 +1,7 @@
 """Adapters that put the audit inside a RAG stack: LangChain, LlamaIndex, OpenTelemetry/OpenInference.
 
-They translate the host framework's objects into :class:`~mnemoscope.pipelines.audit.AuditRequest`
-and call :class:`~mnemoscope.pipelines.audit.Auditor`; no verdict is decided here.
+They translate the host framework's objects into :class:`~mnemoscope.audit.auditor.AuditRequest`
+and call :class:`~mnemoscope.audit.auditor.Auditor`; no verdict is decided here.
 
 * :mod:`mnemoscope.integrations.langchain` (``pip install 'mnemoscope[langchain]'``):
   ``MnemoscopeCallbackHandler``, ``MnemoscopeRunnable``, ``MnemoscopeLLM``;

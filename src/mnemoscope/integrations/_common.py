@@ -2,8 +2,8 @@
 truncation policy, the in-process generator and the offline embedder.
 
 Nothing here decides a verdict: :func:`audit_pair` builds an
-:class:`~mnemoscope.pipelines.audit.AuditRequest` (the chain's answer teacher-forced) and calls
-:meth:`Auditor.audit <mnemoscope.pipelines.audit.Auditor.audit>`.
+:class:`~mnemoscope.audit.auditor.AuditRequest` (the chain's answer teacher-forced) and calls
+:meth:`Auditor.audit <mnemoscope.audit.auditor.Auditor.audit>`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class AuditError(MnemoscopeError):
 class AuditRecord:
     """One audited (or skipped, or failed) LLM call of a host framework.
 
-    ``audit`` is :meth:`AuditResult.to_dict() <mnemoscope.pipelines.audit.AuditResult.to_dict>`
+    ``audit`` is :meth:`AuditResult.to_dict() <mnemoscope.audit.auditor.AuditResult.to_dict>`
     when ``status == "ok"``; ``reason`` says why otherwise. ``context`` records the truncation
     policy (``{"chars", "tokens", "max_tokens", "truncated", "policy"}``).
     """
@@ -106,7 +106,7 @@ def load_auditor(auditor: Any) -> Any:
 
     otel.install()
     if isinstance(auditor, str):
-        from mnemoscope.pipelines.audit import Auditor
+        from mnemoscope.audit.auditor import Auditor
 
         return Auditor.from_spec(auditor)
     return auditor
@@ -200,8 +200,8 @@ def audit_pair(
     query). No documents: skipped with a reason. Any failure (bad input, a model error) is
     recorded and returned, or raised as :class:`AuditError` when ``strict``.
     """
+    from mnemoscope.audit.auditor import AuditFailure, AuditRequest
     from mnemoscope.integrations import otel
-    from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
 
     t0 = time.perf_counter()
     attrs = {**(span_attributes or {})}
@@ -315,7 +315,7 @@ def app_prompts(
         wrap_as_user: the LLM wraps a string prompt as one user turn of the model's chat
             template (what :class:`MnemoscopeLLM` does when the profile is a chat profile).
     """
-    from mnemoscope.pipelines.layout import LayoutMismatch, check_layout, locate_documents
+    from mnemoscope.audit.layout import LayoutMismatch, check_layout, locate_documents
 
     prof = auditor.profile
     chat = bool(prof.header.get("prompt", {}).get("chat"))
@@ -341,9 +341,7 @@ def app_prompts(
     tracer = getattr(auditor, "tracer", None)
     endpoint = None
     if tracer is None:  # over an endpoint: the profile's chat template, as the proxy renders
-        endpoint = getattr(auditor, "endpoint_profile", None) or getattr(
-            getattr(auditor, "backend", None), "settings", None
-        )
+        endpoint = getattr(getattr(auditor, "backend", None), "settings", None)
     if endpoint is not None:
         tpl = endpoint.pair_config.template
         render = lambda m: tpl.apply_chat_template(m, add_generation_prompt=True)  # noqa: E731
@@ -409,8 +407,8 @@ class Generator:
         return self._generate(prompt, max_new_tokens)
 
     def _audited(self, context: str, query: str) -> str | None:
+        from mnemoscope.audit.auditor import AuditRequest, AuditResult
         from mnemoscope.integrations import otel
-        from mnemoscope.pipelines.audit import AuditRequest, AuditResult
 
         try:
             with otel.suppressed(), _AUDIT_LOCK:  # the handler emits the span, with the documents
@@ -427,7 +425,7 @@ class Generator:
         return answer
 
     def _generate(self, prompt: str, max_new_tokens: int | None = None) -> str:
-        from mnemoscope.pipelines.audit import answer_pieces
+        from mnemoscope.audit.auditor import answer_pieces
 
         b = self.builder
         tracer = self.auditor.tracer

@@ -26,7 +26,7 @@
 
 Example (offline, the embedded default model)::
 
-    >>> # from mnemoscope.pipelines.audit import Auditor
+    >>> # from mnemoscope.audit.auditor import Auditor
     >>> # auditor = Auditor.from_spec("default")
     >>> # handler = MnemoscopeCallbackHandler(auditor)
     >>> # chain.invoke("Which river runs through Quenmar?", config={"callbacks": [handler]})
@@ -156,7 +156,7 @@ class MnemoscopeCallbackHandler(BaseCallbackHandler):
     """Audits each LLM call of a chain against the retriever results that fed it (module doc).
 
     Args:
-        auditor: an :class:`~mnemoscope.pipelines.audit.Auditor` or a model spec (``"default"``).
+        auditor: an :class:`~mnemoscope.audit.auditor.Auditor` or a model spec (``"default"``).
         strict: raise :class:`AuditError` into the chain when an audit fails (default: record it).
 
     Attributes:

@@ -115,7 +115,7 @@ class MnemoscopeEvaluator(BaseEvaluator):
     """Did the response come from the contexts or from the model's memory? (module doc)
 
     Args:
-        auditor: an :class:`~mnemoscope.pipelines.audit.Auditor` or a model spec (``"default"``).
+        auditor: an :class:`~mnemoscope.audit.auditor.Auditor` or a model spec (``"default"``).
         strict: raise :class:`AuditError` when an audit fails (default: an invalid result).
     """
 

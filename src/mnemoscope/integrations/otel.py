@@ -2,8 +2,8 @@
 
 **Off by default, free when off.** :func:`install` (called by ``mnemoscope audit``, the server
 and the integrations' handlers) registers :func:`on_audit` in
-:data:`mnemoscope.pipelines.audit.AUDIT_HOOKS` only when tracing is on; it then runs once per
-:meth:`Auditor.audit <mnemoscope.pipelines.audit.Auditor.audit>` batch (the CLI, the server,
+:data:`mnemoscope.audit.auditor.AUDIT_HOOKS` only when tracing is on; it then runs once per
+:meth:`Auditor.audit <mnemoscope.audit.auditor.Auditor.audit>` batch (the CLI, the server,
 batch files and the integrations all emit). While tracing is off nothing is registered and
 OpenTelemetry is never imported. Tracing turns on when
 
@@ -259,7 +259,7 @@ def configure(tracer_provider: Any = None, *, attach_to_current: bool = False, e
 
 
 def _register(on: bool) -> None:
-    from mnemoscope.pipelines.audit import AUDIT_HOOKS
+    from mnemoscope.audit.auditor import AUDIT_HOOKS
 
     while on_audit in AUDIT_HOOKS:
         AUDIT_HOOKS.remove(on_audit)
@@ -268,7 +268,7 @@ def _register(on: bool) -> None:
 
 
 def install() -> bool:
-    """Register the span hook on :class:`~mnemoscope.pipelines.audit.Auditor` when tracing is on
+    """Register the span hook on :class:`~mnemoscope.audit.auditor.Auditor` when tracing is on
     (environment or :func:`configure`); idempotent. Returns whether spans are on."""
     on = enabled()
     if on:
@@ -323,7 +323,7 @@ def _clean(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def result_attributes(result: Any) -> dict[str, Any]:
-    """The ``mnemoscope.*`` attributes of one :class:`~mnemoscope.pipelines.audit.AuditResult`."""
+    """The ``mnemoscope.*`` attributes of one :class:`~mnemoscope.audit.auditor.AuditResult`."""
     d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
     ev, g, rep = d.get("evidence") or {}, d.get("guarantee") or {}, d.get("repcs") or {}
     spans = d.get("spans") or []

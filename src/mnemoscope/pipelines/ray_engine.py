@@ -10,7 +10,7 @@
 * **The actors** (``map_batches`` with a callable class, ``--workers`` of them, each with
   ``--cpus-per-worker`` CPUs / ``--gpus-per-worker`` GPUs) load the model and the profile
   once, then call the pipeline's own per-batch function on each batch:
-  :func:`~mnemoscope.pipelines.audit.audit_batch`,
+  :func:`~mnemoscope.audit.auditor.audit_batch`,
   :func:`~mnemoscope.trace.pipeline.trace_batch`,
   :func:`~mnemoscope.pipelines.repcs.score_batch`. Same function, same batch: the same
   bytes as the local engine (see docs/ray.md for where padding could differ).
@@ -201,18 +201,18 @@ def _rows_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class AuditWorker:
-    """One actor: a loaded :class:`~mnemoscope.pipelines.audit.Auditor`, reused for every batch."""
+    """One actor: a loaded :class:`~mnemoscope.audit.auditor.Auditor`, reused for every batch."""
 
     def __init__(self, model: dict[str, Any], auditor: dict[str, Any], threads: int):
         _set_threads(threads)
-        from mnemoscope.pipelines.audit import Auditor
+        from mnemoscope.audit.auditor import Auditor
 
         lm = _load_lm(model)
         self.auditor = Auditor.for_model(lm, auditor.pop("profile", None), **auditor)
         self.identity = json.dumps(self.auditor.identity, default=str)  # key order kept: same meta.json
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from mnemoscope.pipelines.audit import AuditRequest, audit_batch
+        from mnemoscope.audit.auditor import AuditRequest, audit_batch
 
         rows = []
         for chunk, records in zip(batch["chunk"], batch["records"], strict=True):
@@ -425,7 +425,7 @@ def _engine_record(options: RayOptions, ray: Any, run: _Run, seconds: float) -> 
 
 def _audit_inputs(path: Path) -> Iterable[tuple[int, Any]]:
     """JSONL lines, or Parquet rows turned into JSON lines: both go through the local reader's checks."""
-    from mnemoscope.pipelines.audit import parse_audit_lines, read_audit_inputs
+    from mnemoscope.audit.auditor import parse_audit_lines, read_audit_inputs
 
     if path.suffix.lower() not in (".parquet", ".pq"):
         return read_audit_inputs(path)
@@ -498,13 +498,13 @@ def ray_audit_file(
     parquet: bool = True,
     early_stop: int = 8,
 ) -> dict[str, Any]:
-    """:func:`~mnemoscope.pipelines.audit.run_audit_file` on a Ray cluster (same folder, same lines).
+    """:func:`~mnemoscope.audit.auditor.run_audit_file` on a Ray cluster (same folder, same lines).
 
     ``input_path`` is JSONL or Parquet (``.parquet``: one row per record, same fields).
     Returns the local engine's summary plus ``engine`` (the Ray settings and who did what).
     """
-    from mnemoscope.pipelines.audit import input_error_row, note_outcomes
-    from mnemoscope.pipelines.results import EarlyStop, ResultsFolder
+    from mnemoscope.audit.auditor import input_error_row, note_outcomes
+    from mnemoscope.audit.results import EarlyStop, ResultsFolder
 
     options = options or RayOptions()
     ray = connect(options)
@@ -695,8 +695,8 @@ def ray_score_file(
 ) -> dict[str, Any]:
     """:func:`~mnemoscope.pipelines.repcs.score_file` on a Ray cluster: the same output file
     (resumable: ids already in ``out`` are skipped), lines in completion order."""
+    from mnemoscope.audit.results import ResultsFile
     from mnemoscope.data import read_records
-    from mnemoscope.pipelines.results import ResultsFile
 
     options = options or RayOptions()
     ray = connect(options)

@@ -18,19 +18,23 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mnemoscope.audit.profile import load_profile
+from mnemoscope.audit.results import EarlyStop, ResultsFile
+from mnemoscope.audit.verdict import EMPTY_CONTEXT_NOTE, repcs_verdict
 from mnemoscope.detectors.base import MembershipData
 from mnemoscope.detectors.repcs import RePCS, topk_kl
 from mnemoscope.errors import InputError
 from mnemoscope.models.loader import check_same_model
-from mnemoscope.pipelines.profile import load_profile
-from mnemoscope.pipelines.results import EarlyStop, ResultsFile
-from mnemoscope.pipelines.verdict import EMPTY_CONTEXT_NOTE, repcs_verdict
 from mnemoscope.stats import auc_ci, summarize, threshold_metrics
 from mnemoscope.trace.types import PairTrace
+
+if TYPE_CHECKING:
+    from mnemoscope.models.endpoint import EndpointClient, EndpointFingerprint
+    from mnemoscope.trace.endpoint import EndpointPairConfig
 
 __all__ = [
     "EMPTY_CONTEXT_NOTE",
@@ -138,9 +142,9 @@ def score_records(
 ) -> dict[str, Any]:
     """The one ``repcs score`` runner (in process, over an endpoint): ``score(batch)`` returns the
     batch's output lines and error rows; lines go to the resumable ``out`` file
-    (:class:`~mnemoscope.pipelines.results.ResultsFile`: ids already there are skipped, a torn
+    (:class:`~mnemoscope.audit.results.ResultsFile`: ids already there are skipped, a torn
     last line is cut, appends are fsynced). Stops early when the first ``early_stop`` records
-    all fail for the same cause (:class:`~mnemoscope.pipelines.results.EarlyStop`)."""
+    all fail for the same cause (:class:`~mnemoscope.audit.results.EarlyStop`)."""
     from tqdm.auto import tqdm
 
     f = ResultsFile(out)
@@ -455,3 +459,101 @@ def _by_kind(
             **_auc(scores[mask], labels[mask], seed, n_resamples),
         }
     return out
+
+
+# -- RePCS over an endpoint ------------------------------------------------------------------------
+
+
+def _score_calibration(
+    p: Path, chat_template: str | None
+) -> tuple[RePCS, EndpointPairConfig, EndpointFingerprint]:
+    """The detector, pair settings and fingerprint of an endpoint profile or a ``repcs calibrate
+    --endpoint`` JSON."""
+    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
+    from mnemoscope.audit.profile import ProfileError
+    from mnemoscope.models.endpoint import EndpointFingerprint
+    from mnemoscope.trace.endpoint import ChatTemplate, EndpointPairConfig, load_chat_template
+    from mnemoscope.trace.templates import PromptBuilder
+
+    if p.is_dir() or p.name == "profile.json":
+        prof = load_endpoint_profile(p)
+        assert prof.endpoint is not None
+        return (
+            RePCS.from_calibration(prof.header["repcs"]),
+            prof.endpoint.pair_config,
+            prof.endpoint.fingerprint,
+        )
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"cannot read the calibration {p}: {e}") from e
+    model = rec.get("model") or {}
+    if model.get("spec") != "endpoint":
+        raise ProfileError(
+            f"{p} was calibrated in-process on {model.get('name')}, not against an endpoint (its tau is on "
+            "full-vocabulary KL); recalibrate with `mnemoscope repcs calibrate --endpoint`"
+        )
+    pc = rec.get("pair_config", {})
+    tpl = (
+        ChatTemplate.from_dict(rec["chat_template"])
+        if rec.get("chat_template")
+        else load_chat_template(chat_template)
+    )
+    pcfg = EndpointPairConfig(
+        builder=PromptBuilder(
+            template=pc.get("template", "A"), task=pc.get("task") or "plain", chat=bool(pc.get("chat"))
+        ),
+        template=tpl,
+        max_new_tokens=int(pc.get("max_new_tokens", rec.get("T") or 32)),
+        top_k=int(pc.get("top_k", 20)),
+    )
+    return RePCS.from_calibration(rec), pcfg, EndpointFingerprint.from_dict(model["endpoint_fingerprint"])
+
+
+def score_file_endpoint(
+    client: EndpointClient,
+    calibration: str | Path,
+    input_path: str | Path,
+    out: str | Path,
+    *,
+    on_error: str = "skip",
+    progress: bool = True,
+    check_model: bool = True,
+    chat_template: str | None = None,
+) -> dict[str, Any]:
+    """``repcs score`` over an endpoint: an endpoint profile folder, or a ``repcs calibrate --endpoint``
+    JSON. The in-process runner (:func:`~mnemoscope.pipelines.repcs.score_records`); output lines are
+    ``{"id", "score": -Z, **repcs_verdict(...), "backend", "endpoint_method"}``."""
+    from mnemoscope.audit.backends import check_endpoint_identity
+    from mnemoscope.audit.endpoint_calibration import trace_records
+    from mnemoscope.data import read_records
+
+    p = Path(calibration)
+    det, pcfg, fp = _score_calibration(p, chat_template)
+    caps = client.require_teacher_forcing()
+    if check_model:
+        check_endpoint_identity(client, fp, str(p))
+    records, errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
+    extra = {"backend": "endpoint", "endpoint_method": caps.method}
+
+    def score(batch: Sequence[Any]) -> tuple[list[str], list[dict[str, Any]]]:
+        traced = trace_records(client, batch, pcfg, on_error=on_error, early_stop=0)
+        failed = [
+            {"line": f.get("line"), "id": f["id"], "field": None, "message": f["message"]}
+            for f in traced.failures
+        ]
+        # endpoint_method: the path that scored each record (auto may fall back on a refusal)
+        lines = [
+            score_line(det, t, {**extra, "endpoint_method": _method_of(t, caps.method)})
+            for t in traced.traces
+        ]
+        return lines, failed
+
+    res = score_records(records, out, score, batch_size=max(8, client.config.concurrency), progress=progress)
+    res["errors"] = [e.to_dict() for e in errors] + res["errors"]
+    return res
+
+
+def _method_of(trace: Any, default: str) -> str:
+    backend = trace.backend if isinstance(trace.backend, dict) else {}
+    return str(backend.get("method") or default)

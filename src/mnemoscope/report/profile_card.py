@@ -1,6 +1,6 @@
 """The profile's validation card: how well the verdict works on the model it was calibrated for.
 
-:func:`profile_card` turns a loaded profile (an :class:`~mnemoscope.pipelines.profile.AuditProfile`,
+:func:`profile_card` turns a loaded profile (an :class:`~mnemoscope.audit.profile.AuditProfile`,
 or anything with its ``path``, ``header`` and ``content_hash``) into a JSON-ready dict; it is
 pure (no file access) and reads what the profile recorded, never re-deciding anything.
 :func:`render_text` prints the card for a terminal. The same dict feeds the dashboard's

@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from mnemoscope.pipelines.audit import Auditor
+from mnemoscope.audit.auditor import Auditor
 from mnemoscope.server import middleware
 from mnemoscope.server.batcher import Batcher
 from mnemoscope.server.config import ServerSettings

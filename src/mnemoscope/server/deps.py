@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 
-from mnemoscope.pipelines.audit import Auditor
+from mnemoscope.audit.auditor import Auditor
 from mnemoscope.server.batcher import Batcher
 from mnemoscope.server.config import ServerSettings
 from mnemoscope.server.metrics import ServerMetrics

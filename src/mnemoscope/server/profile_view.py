@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mnemoscope.audit.profile import AuditProfile
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.profile import AuditProfile
 from mnemoscope.report.profile_card import NOT_MEASURED, profile_card, read_validation
 
 __all__ = ["profile_view"]

@@ -14,7 +14,7 @@ the full contract; in short, for ``POST /v1/chat/completions`` and ``POST /v1/co
    ``[DONE]`` and never see it).
 3. **The application's own prompt is audited**: its messages (system prompt, few-shot turns,
    history) are the with-context prompt, and the same messages with only the retrieved context
-   removed the no-context prompt (:mod:`mnemoscope.pipelines.layout`: where the context is
+   removed the no-context prompt (:mod:`mnemoscope.audit.layout`: where the context is
    comes from ``mnemoscope.context`` or the documented default). A context that cannot be
    located makes the audit ``undetermined`` (with the reason); a layout the profile was not
    calibrated for makes it ``refused`` (unless ``--accept-layout``).
@@ -40,8 +40,8 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves route annotations here
 
+from mnemoscope.audit.layout import locate_context
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.layout import locate_context
 from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
 from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
 from mnemoscope.trace.endpoint_score import served_scores
@@ -143,7 +143,7 @@ def _ask_logprobs(body: dict[str, Any], path: str, raw: bytes, k: int) -> tuple[
 
 
 def _answer_of(resp: dict[str, Any]) -> str | None:
-    from mnemoscope.pipelines.layout import message_text
+    from mnemoscope.audit.layout import message_text
 
     try:
         ch = resp["choices"][0]
@@ -167,7 +167,7 @@ def create_proxy_app(
     store: Any,
     transport: Any = None,
 ) -> Any:
-    """The proxy app (FastAPI). ``auditor`` is an :class:`EndpointAuditor` (or ``None``: forward
+    """The proxy app (FastAPI). ``auditor`` is an endpoint :class:`~mnemoscope.audit.auditor.Auditor` (``Auditor.from_endpoint``) (or ``None``: forward
     only, every audit ``failed`` with that reason); ``store`` an :class:`AuditStore` (owned and
     closed by the app, after the audits in flight are logged)."""
     import httpx
@@ -352,7 +352,7 @@ def create_proxy_app(
         stream = bool(body and body.get("stream"))
         added_logprobs = False
         if body is not None and not stream and _wants_served_logprobs(settings, auditor):
-            added_logprobs, raw = _ask_logprobs(body, path, raw, auditor.endpoint_profile.pair_config.top_k)
+            added_logprobs, raw = _ask_logprobs(body, path, raw, auditor.backend.settings.pair_config.top_k)
         meta = {"upstream": base, "path": path, "stream": stream}
         url = f"{root}/{path}"
         try:
@@ -413,7 +413,7 @@ def create_proxy_app(
             return Response(content, resp.status_code, headers=with_audit_header(headers, rec))
         answer = _answer_of(data)
         served = (
-            served_scores(data, by_id=auditor.caps.score_method == "native")
+            served_scores(data, by_id=auditor.backend.caps.score_method == "native")
             if _wants_served_logprobs(settings, auditor)
             else None
         )

@@ -2,7 +2,7 @@
 
 :func:`audit_app_prompt` audits what the application sent: its messages (system prompt, few-shot
 turns, history) rendered with the profile's chat template are the with-context prompt; the same
-messages with only the retrieved context removed (:func:`mnemoscope.pipelines.layout.
+messages with only the retrieved context removed (:func:`mnemoscope.audit.layout.
 locate_context`) are the no-context prompt. Both are traced over the endpoint
 (``AuditRequest(prompts=...)`` through :meth:`Auditor.audit`: the upstream's answer teacher-forced,
 the audit's hooks and span as for any audit) and the verdict is the pipeline's, decided nowhere else.
@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mnemoscope.audit.layout import LayoutMismatch, Located, check_layout
 from mnemoscope.errors import InputError
-from mnemoscope.pipelines.layout import LayoutMismatch, Located, check_layout
 
 __all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary"]
 
@@ -75,8 +75,8 @@ def audit_app_prompt(
     """Blocking: audit one answer on the application's prompt and build its log record (never raises).
 
     Args:
-        auditor: an :class:`~mnemoscope.pipelines.endpoint.EndpointAuditor`.
-        located: where the context is (:func:`~mnemoscope.pipelines.layout.locate_context`).
+        auditor: an endpoint :class:`~mnemoscope.audit.auditor.Auditor` (``Auditor.from_endpoint``).
+        located: where the context is (:func:`~mnemoscope.audit.layout.locate_context`).
         answer: the upstream's answer text (teacher-forced on both paths).
         accept_layouts: layouts audited although the profile was not calibrated on them
             (recorded as ``layout.calibrated: false``).
@@ -84,7 +84,7 @@ def audit_app_prompt(
         served: the with-context log-probs the upstream returned with the answer
             (``trace.endpoint_score.served_scores``): the audit then scores the no-context path only.
     """
-    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
+    from mnemoscope.audit.requests import AuditFailure, AuditRequest
 
     t0 = time.perf_counter()
     lay = {**located.to_dict(), "calibrated": True}
@@ -101,7 +101,7 @@ def audit_app_prompt(
                 rec.update(status="refused", reason=e.reason)
                 return rec
             lay["calibrated"] = False
-        pc = auditor.endpoint_profile.pair_config
+        pc = auditor.backend.settings.pair_config
         if located.messages_with is not None:
             if pc.template.chat_template is None:
                 rec.update(

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mnemoscope.pipelines.audit import AuditFailure, Auditor, AuditRequest, AuditResult
+from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, AuditResult
 from mnemoscope.server.metrics import ServerMetrics
 from mnemoscope.server.storage import AuditStore
 

@@ -246,7 +246,7 @@ def load_answers(folder: str | Path, ids: Iterable[str] | None = None) -> dict[s
     given; later duplicates of an id win, as in :func:`load_traces`).
 
     Reads each row's scalar record only, never its arrays: what a calibration's draw needs after
-    every round (:func:`~mnemoscope.pipelines.draw.draw_until`), without loading the hidden
+    every round (:func:`~mnemoscope.audit.draw.draw_until`), without loading the hidden
     states and per-step statistics of every record traced so far.
     """
     folder = Path(folder)

@@ -1,1 +1,1 @@
-"""Audit profiles shipped for the embedded default model (``mnemoscope.pipelines.profile.default_profile_path``)."""
+"""Audit profiles shipped for the embedded default model (``mnemoscope.audit.profile.default_profile_path``)."""

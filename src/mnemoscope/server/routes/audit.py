@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
-from mnemoscope.pipelines.audit import AuditFailure, AuditRequest
+from mnemoscope.audit.auditor import AuditFailure, AuditRequest
 from mnemoscope.server.batcher import QueueFull, ShuttingDown
 from mnemoscope.server.config import ServerSettings
 from mnemoscope.server.deps import AUDIT_ERRORS, KEY_REQUIRED, Ready, Running

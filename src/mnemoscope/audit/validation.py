@@ -3,7 +3,7 @@
 ``mnemoscope calibrate`` splits the verified items by fact (grouped, stratified by the verified
 label, seeded; :func:`split_by_fact`): the calibration part fits the profile (the verdict model
 certifies its conformal threshold on clean answers it does not fit on), the held-out part is
-audited with the finished profile (:class:`~mnemoscope.pipelines.audit.Auditor`, no model call:
+audited with the finished profile (:class:`~mnemoscope.audit.auditor.Auditor`, no model call:
 the calibration traces are scored) and each held-out audit is stored as one row of
 ``held_out.jsonl`` next to ``profile.json`` (:func:`held_out_row`: the verified truth, p_memory,
 the memory flag and the per-token attribution). :func:`validation_from_rows` computes the card
@@ -167,12 +167,12 @@ def answer_is_clear(row: Mapping[str, Any]) -> bool | None:
 
 def source_of_row(row: Mapping[str, Any]) -> str:
     """The three-way source of a stored held-out row, decided now by the audit's own source
-    decision (:func:`mnemoscope.pipelines.verdict.decide_source`) from the stored per-token
+    decision (:func:`mnemoscope.audit.verdict.decide_source`) from the stored per-token
     attribution (and the query and context, when the decision reads them)."""
     import inspect
 
+    from mnemoscope.audit.verdict import decide_source
     from mnemoscope.features import attribution as attr
-    from mnemoscope.pipelines.verdict import decide_source
 
     def build(cls: Any, d: Mapping[str, Any]) -> Any:
         names = list(inspect.signature(cls).parameters)

@@ -4,7 +4,7 @@
 answer, the token attribution and the share of context-supported words, and (with hidden
 states) CRM's LTS trajectory and its anomaly score, and CRM's classifier probability when asked.
 :func:`answer_pieces` gives the text each answer token adds, in one pass over the tokens.
-The decision on these numbers is :func:`mnemoscope.pipelines.verdict.decide`.
+The decision on these numbers is :func:`mnemoscope.audit.verdict.decide`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mnemoscope.audit.verdict import AnomalyRule
 from mnemoscope.detectors.crm_artifact import FittedCRM
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.features.attribution import (
@@ -27,7 +28,6 @@ from mnemoscope.features.attribution import (
     merge_spans,
 )
 from mnemoscope.features.facts import AnswerFacts, closed_book_agreement, fact_signals, fact_words
-from mnemoscope.pipelines.verdict import AnomalyRule
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [

@@ -236,7 +236,7 @@ def draw_for_config(
     config: Any, records: Sequence[Any], answers_for: Callable[[list[Any]], Answers], *, progress: bool
 ) -> DrawResult:
     """:func:`draw_until` with a calibration config's settings (``per_class``, ``labels``, ``seed``,
-    ``max_traced``: :class:`~mnemoscope.pipelines.profile.CalibrationConfig` and the endpoint's),
+    ``max_traced``: :class:`~mnemoscope.audit.profile.CalibrationConfig` and the endpoint's),
     one line per round on stderr when ``progress``."""
     import sys
 

@@ -13,7 +13,7 @@ Pure functions and small rule objects, no model call:
 * :func:`decide_source`: ``context``, ``memory``, ``mixed`` or ``undetermined``, with a sentence
   (``mixed`` needs a content word from memory the context does not support next to a
   context-supported one: :func:`source_evidence`);
-* :func:`decide`: all of the above for one :class:`~mnemoscope.pipelines.signals.Measured`.
+* :func:`decide`: all of the above for one :class:`~mnemoscope.audit.signals.Measured`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def guarded(flag: bool, identical_prompts: bool) -> bool:
 
 @dataclass(frozen=True)
 class AnomalyRule:
-    """How an LTS trajectory becomes a flag (see :mod:`mnemoscope.pipelines.profile`)."""
+    """How an LTS trajectory becomes a flag (see :mod:`mnemoscope.audit.profile`)."""
 
     k_sigma: float = 2.0
     rule: Literal["calibrated", "paper"] = "calibrated"
@@ -446,7 +446,7 @@ def decide_source_facts(
 
 @dataclass(frozen=True)
 class Verdict:
-    """The decision on one measured trace (what :class:`~mnemoscope.pipelines.requests.AuditResult` carries)."""
+    """The decision on one measured trace (what :class:`~mnemoscope.audit.requests.AuditResult` carries)."""
 
     source: Source
     summary: str
@@ -471,7 +471,7 @@ def unmeasurable_signals(
     selected: Sequence[str], *, hidden_states: bool, closed_book_answer: bool
 ) -> dict[str, str]:
     """The verdict signals of ``selected`` a backend cannot measure, each with what it needs (the
-    one check every entry point reaches through :class:`~mnemoscope.pipelines.audit.Auditor`)."""
+    one check every entry point reaches through :class:`~mnemoscope.audit.auditor.Auditor`)."""
     have = {"hidden states": hidden_states, "a second, closed-book greedy generation": closed_book_answer}
     return {s: _SIGNAL_NEEDS[s] for s in selected if s in _SIGNAL_NEEDS and not have[_SIGNAL_NEEDS[s]]}
 

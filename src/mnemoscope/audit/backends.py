@@ -2,7 +2,7 @@
 
 A backend turns checked requests into ``(PairTrace, answer pieces)``; everything after that
 (signals, attribution, the verdict, hooks) is the same for all backends and lives in
-:class:`mnemoscope.pipelines.audit.Auditor`.
+:class:`mnemoscope.audit.auditor.Auditor`.
 
 * :class:`LocalBackend`: the model in this process; the answer is decoded once with the context
   while the no-context path is fed the same tokens (:func:`mnemoscope.trace.lockstep.trace_lockstep`),
@@ -12,7 +12,7 @@ A backend turns checked requests into ``(PairTrace, answer pieces)``; everything
   black-box signals only. Caps in characters (the server enforces its own window).
 
 The interface (:class:`Backend`): ``prepare(i, request)`` checks a request (text, caps) and
-returns what ``run`` needs or an :class:`~mnemoscope.pipelines.requests.AuditFailure`;
+returns what ``run`` needs or an :class:`~mnemoscope.audit.requests.AuditFailure`;
 ``run(prepared)`` returns, aligned, a ``(trace, pieces)`` or a failure per item; ``pieces(trace)``
 decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_fields(trace)`` and
 ``notes(trace)`` describe the backend in identities and results.
@@ -25,6 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from mnemoscope.audit.profile import AuditProfile, ProfileError
+from mnemoscope.audit.requests import AuditFailure, AuditRequest, check_request
+from mnemoscope.audit.signals import answer_pieces
 from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
 from mnemoscope.models.endpoint import (
     EndpointClient,
@@ -34,9 +37,6 @@ from mnemoscope.models.endpoint import (
     compare_fingerprints,
     map_concurrently,
 )
-from mnemoscope.pipelines.profile import AuditProfile, ProfileError
-from mnemoscope.pipelines.requests import AuditFailure, AuditRequest, check_request
-from mnemoscope.pipelines.signals import answer_pieces
 from mnemoscope.trace.endpoint import UNMEASURED, trace_endpoint_pair, trace_endpoint_prompts
 from mnemoscope.trace.types import PairTrace
 
@@ -317,8 +317,8 @@ class EndpointBackend:
     ) -> EndpointBackend:
         """The backend of an endpoint profile (a loaded one or its folder), refusing a ``rule`` it cannot
         run before any request to the server; ``kw``: the constructor's keyword arguments."""
-        from mnemoscope.pipelines.profile import load_profile
-        from mnemoscope.pipelines.verdict import get_rule
+        from mnemoscope.audit.profile import load_profile
+        from mnemoscope.audit.verdict import get_rule
 
         prof = profile if isinstance(profile, AuditProfile) else load_profile(profile, backend="endpoint")
         get_rule(rule).check(prof, hidden_states=False)
@@ -386,7 +386,7 @@ class EndpointBackend:
     def closed_book(self, trace: PairTrace) -> PairTrace:
         """The trace with the model's closed-book greedy answer: one more generation on the
         no-context prompt, of the profile's T tokens, the same request calibration made
-        (:func:`~mnemoscope.pipelines.endpoint.trace_with_closed_book`), so the audits' signal is the
+        (:func:`~mnemoscope.audit.endpoint_calibration.trace_with_closed_book`), so the audits' signal is the
         one the threshold was certified on."""
         T = self.profile.max_new_tokens
         text = str(self.client.completion(trace.prompt_without, max_tokens=T).get("text", ""))

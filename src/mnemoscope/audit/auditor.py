@@ -12,15 +12,15 @@ fed the same tokens (:func:`mnemoscope.trace.lockstep.trace_lockstep`), which gi
 token ``log p(y_t | c, q)``, ``log p(y_t | q)`` and the KL between the two next-token
 distributions, plus CRM's last-prompt-token states. From those:
 
-* **signals** (:func:`mnemoscope.pipelines.signals.measure`, once per audit): RePCS's Z, the
+* **signals** (:func:`mnemoscope.audit.signals.measure`, once per audit): RePCS's Z, the
   closed-book log-probability of the answer, the share of context-supported words, CRM's LTS
   anomaly score; **token attribution**: every token context / memory / neutral, merged into spans;
-* **the verdict** (:func:`mnemoscope.pipelines.verdict.decide`, pure): p_memory from the
+* **the verdict** (:func:`mnemoscope.audit.verdict.decide`, pure): p_memory from the
   profile's :class:`~mnemoscope.detectors.verdict.VerdictModel`, the rule's memory flag with
   its guarantee, and the source (``context``, ``memory``, ``mixed`` or ``undetermined``) with a
   sentence saying why.
 
-Where the traces come from is the backend's business (:mod:`mnemoscope.pipelines.backends`:
+Where the traces come from is the backend's business (:mod:`mnemoscope.audit.backends`:
 in process, or a model behind an OpenAI-compatible server); :meth:`Auditor.audit` is the one
 audit path for both: checks, the backend, the scoring, and :data:`AUDIT_HOOKS` (the
 OpenTelemetry span), whoever calls it (CLI, server, proxy, integrations, Ray).
@@ -28,7 +28,7 @@ OpenTelemetry span), whoever calls it (CLI, server, proxy, integrations, Ray).
 Rules (``rule=``): ``"combined"`` (default: the verdict model's conformal flag), ``"repcs"``
 (the RePCS paper: memory iff Z < tau), ``"crm-anomaly"`` (CRM appendix V.1's LTS rule; measured
 weak, kept for reproduction). Whatever the rule, an empty context is never flagged.
-Batch files go to one results folder (:mod:`mnemoscope.pipelines.results`).
+Batch files go to one results folder (:mod:`mnemoscope.audit.results`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mnemoscope.detectors.repcs import RePCS
-from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
-from mnemoscope.pipelines.backends import Backend, LocalBackend, failure_of
-from mnemoscope.pipelines.profile import AuditProfile
-from mnemoscope.pipelines.requests import (
+from mnemoscope.audit.backends import Backend, LocalBackend, failure_of
+from mnemoscope.audit.profile import AuditProfile
+from mnemoscope.audit.requests import (
     AuditFailure,
     AuditRequest,
     AuditResult,
@@ -55,9 +53,11 @@ from mnemoscope.pipelines.requests import (
     parse_audit_lines,
     read_audit_inputs,
 )
-from mnemoscope.pipelines.results import RESULTS_FORMAT, EarlyStop, ResultsFolder
-from mnemoscope.pipelines.signals import answer_pieces, measure, query_match_of, trace_signals
-from mnemoscope.pipelines.verdict import RULES, Rule, decide, decide_source, get_rule, unmeasurable_signals
+from mnemoscope.audit.results import RESULTS_FORMAT, EarlyStop, ResultsFolder
+from mnemoscope.audit.signals import answer_pieces, measure, query_match_of, trace_signals
+from mnemoscope.audit.verdict import RULES, Rule, decide, decide_source, get_rule, unmeasurable_signals
+from mnemoscope.detectors.repcs import RePCS
+from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -95,11 +95,11 @@ class Auditor:
 
     ``Auditor(lm, profile, ...)`` audits in process (a :class:`LocalBackend` is built from the
     keyword arguments below); ``Auditor(backend)`` audits with any backend (e.g. an
-    :class:`~mnemoscope.pipelines.backends.EndpointBackend`).
+    :class:`~mnemoscope.audit.backends.EndpointBackend`).
 
     Args:
         lm: the loaded model (must be the profile's model), or a backend.
-        profile: a verified :class:`~mnemoscope.pipelines.profile.AuditProfile` (the backend's own
+        profile: a verified :class:`~mnemoscope.audit.profile.AuditProfile` (the backend's own
             when a backend is given).
         rule: the memory rule (module doc).
         max_context_tokens, max_query_tokens, max_answer_tokens: input caps (413 above them).
@@ -108,7 +108,7 @@ class Auditor:
             profile with a classifier and a backend with hidden states).
         layout: what the caller asks for besides the profile (``max_new_tokens``, ``stop``, ...):
             refused when it differs from the profile's layout
-            (:func:`~mnemoscope.pipelines.profile.check_layout`, with the backend's own layout).
+            (:func:`~mnemoscope.audit.profile.check_layout`, with the backend's own layout).
     """
 
     def __init__(
@@ -124,8 +124,8 @@ class Auditor:
         crm_probability: bool = True,
         layout: dict[str, Any] | None = None,
     ):
-        from mnemoscope.pipelines.profile import check_layout
-        from mnemoscope.pipelines.validation import profile_status
+        from mnemoscope.audit.profile import check_layout
+        from mnemoscope.audit.validation import profile_status
 
         rule_obj = get_rule(rule)
         if hasattr(lm, "run") and hasattr(lm, "prepare"):
@@ -183,7 +183,7 @@ class Auditor:
     def for_model(cls, lm: Any, profile: str | Path | AuditProfile | None = None, **kw: Any) -> Auditor:
         """An in-process auditor of a loaded model with its profile (a folder, a loaded profile, or
         ``None``: the shipped one for the default model); another model's profile is refused."""
-        from mnemoscope.pipelines.profile import default_profile_path, load_profile
+        from mnemoscope.audit.profile import default_profile_path, load_profile
 
         if not isinstance(profile, AuditProfile):
             path = profile if profile is not None else default_profile_path(lm.info)
@@ -214,9 +214,9 @@ class Auditor:
     ) -> Auditor:
         """An auditor of the model served behind ``client`` (an ``EndpointClient``) with an endpoint
         profile (a folder from ``mnemoscope calibrate --endpoint`` or a loaded profile); ``kw``:
-        :class:`~mnemoscope.pipelines.backends.EndpointBackend`'s options (``check_identity``,
+        :class:`~mnemoscope.audit.backends.EndpointBackend`'s options (``check_identity``,
         ``max_context_chars``, ``max_query_chars``, ``batch_size``)."""
-        from mnemoscope.pipelines.backends import EndpointBackend
+        from mnemoscope.audit.backends import EndpointBackend
 
         return cls(EndpointBackend.open(client, profile, rule=rule, **kw), rule=rule)
 
@@ -368,7 +368,7 @@ class Auditor:
 def _backend_layout(backend: Any) -> dict[str, Any]:
     """The layout a backend audits with, beyond the profile's own prompt settings: the in-process
     model's chat template (an endpoint backend renders the profile's template by construction)."""
-    from mnemoscope.pipelines.profile import chat_template_sha256
+    from mnemoscope.audit.profile import chat_template_sha256
 
     lm = getattr(backend, "lm", None)
     prompt = backend.profile.header.get("prompt") or {}
@@ -421,7 +421,7 @@ def run_audit_file(
 ) -> dict[str, Any]:
     """Audit every record of a JSONL file into ``out_dir`` (resumable), with any backend.
 
-    Writes a :class:`~mnemoscope.pipelines.results.ResultsFolder`: ``results.jsonl``
+    Writes a :class:`~mnemoscope.audit.results.ResultsFolder`: ``results.jsonl``
     (``{"id", **AuditResult.to_dict()}`` per record, appended and fsynced batch by batch),
     ``errors.jsonl`` (``{"id", "line", "field", "message", "status"}`` per bad record; rewritten
     each run) and ``meta.json`` (the auditor's identity: a folder refuses results of another

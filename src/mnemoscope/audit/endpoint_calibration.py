@@ -1,22 +1,18 @@
-"""Auditing a model behind an OpenAI-compatible server: calibration, tracing many records, RePCS files.
+"""Calibrating a model behind an OpenAI-compatible server, and tracing many records through it.
 
-The audit itself is :class:`mnemoscope.pipelines.audit.Auditor` with an
-:class:`~mnemoscope.pipelines.backends.EndpointBackend` (``Auditor.from_endpoint``): the same
-checks, scoring, verdict and hooks as in process. This module supplies what is endpoint-only:
+The audit itself is :class:`mnemoscope.audit.auditor.Auditor` with an
+:class:`~mnemoscope.audit.backends.EndpointBackend` (``Auditor.from_endpoint``). This module holds
+what calibration over an endpoint adds:
 
 * **calibration** (``mnemoscope calibrate --endpoint URL``): an
-  :class:`~mnemoscope.pipelines.profile.AuditProfile` with ``backend="endpoint"`` (``profile.json``:
+  :class:`~mnemoscope.audit.profile.AuditProfile` with ``backend="endpoint"`` (``profile.json``:
   the served model's identity (reported id + probe fingerprint), the prompt settings and the chat
   template used, T and k, RePCS's tau on the top-k estimate of Z, the token margin, and a
-  verdict model over the black-box signals only: ``repcs_z`` from top-k,
-  ``closed_book_logprob``, ``context_token_fraction``; no CRM: hidden states are not available
+  verdict model over the black-box signals only; no CRM: hidden states are not available
   over HTTP). The verdict model is fitted by the same
-  :func:`~mnemoscope.pipelines.calibrate.fit_verdict` as in process.
+  :func:`~mnemoscope.audit.calibrate.fit_verdict` as in process.
 * :func:`trace_records`: many records through the server, concurrently, stopping early when
-  the first records all fail for the same cause;
-* :func:`score_file_endpoint`: ``repcs score`` over an endpoint (the same runner and lines as in
-  process, plus ``backend`` and ``endpoint_method``);
-* :func:`closed_book_comparison`: the weaker test a chat-only API allows.
+  the first records all fail for the same cause.
 """
 
 from __future__ import annotations
@@ -31,33 +27,29 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mnemoscope.audit.auditor import Auditor
+from mnemoscope.audit.backends import check_endpoint_identity
+from mnemoscope.audit.calibrate import data_hash, fit_verdict
+from mnemoscope.audit.profile import (
+    BLACK_BOX_SIGNALS,
+    ENDPOINT_PROFILE_FORMAT,
+    AuditProfile,
+    CalibrationConfig,
+    load_profile,
+    profile_hash,
+)
+from mnemoscope.audit.results import EarlyStop
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 from mnemoscope.errors import InputError, MnemoscopeError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.models.endpoint import (
     EndpointClient,
-    EndpointError,
     EndpointFingerprint,
     map_concurrently,
 )
-from mnemoscope.pipelines.audit import Auditor, AuditResult, Rule
-from mnemoscope.pipelines.backends import EndpointBackend, check_endpoint_identity
-from mnemoscope.pipelines.calibrate import data_hash, fit_verdict
-from mnemoscope.pipelines.profile import (
-    BLACK_BOX_SIGNALS,
-    ENDPOINT_PROFILE_FORMAT,
-    AuditProfile,
-    CalibrationConfig,
-    ProfileError,
-    load_profile,
-    profile_hash,
-)
-from mnemoscope.pipelines.repcs import score_line, score_records
-from mnemoscope.pipelines.results import EarlyStop
 from mnemoscope.trace.endpoint import (
     UNMEASURED,
-    ChatTemplate,
     EndpointPairConfig,
     trace_endpoint_pair,
 )
@@ -67,14 +59,12 @@ from mnemoscope.trace.types import PairTrace
 __all__ = [
     "BLACK_BOX_SIGNALS",
     "ENDPOINT_PROFILE_FORMAT",
-    "EndpointAuditor",
     "EndpointCalibrationConfig",
+    "TracedRecords",
     "calibrate_endpoint_profile",
     "check_endpoint_identity",
-    "closed_book_comparison",
     "endpoint_model_info",
     "load_endpoint_profile",
-    "score_file_endpoint",
     "trace_records",
     "trace_with_closed_book",
 ]
@@ -96,7 +86,7 @@ def endpoint_model_info(client: EndpointClient, fp: EndpointFingerprint) -> dict
 
 
 def load_endpoint_profile(path: str | Path) -> AuditProfile:
-    """:func:`~mnemoscope.pipelines.profile.load_profile` refusing an in-process profile."""
+    """:func:`~mnemoscope.audit.profile.load_profile` refusing an in-process profile."""
     return load_profile(path, backend="endpoint")
 
 
@@ -164,7 +154,7 @@ def trace_records(
 
     A record that fails is listed in ``failures`` (id, line, message) and the batch goes on;
     ``on_error="raise"`` re-raises the first failure. The first ``early_stop`` records are traced
-    first: when they all fail for the same cause, :class:`~mnemoscope.pipelines.results.EarlyStopError`
+    first: when they all fail for the same cause, :class:`~mnemoscope.audit.results.EarlyStopError`
     names it and the likely fix instead of running to the end (``0`` disables it).
     """
     from tqdm.auto import tqdm
@@ -309,7 +299,7 @@ def calibrate_endpoint_profile(
     :mod:`mnemoscope.bench.label_check`), split the kept ones by fact, fit RePCS's tau (top-k Z),
     the token margin and the black-box verdict model on the calibration part, write
     ``out/profile.json``, then audit the held-out part with it and write the validation card
-    (:mod:`mnemoscope.pipelines.validation`).
+    (:mod:`mnemoscope.audit.validation`).
 
     Raises:
         InputError: too few traced records or no clean one; every item failing verification; too
@@ -317,11 +307,11 @@ def calibrate_endpoint_profile(
         EarlyStopError: the first records all failed for the same cause (named, with the likely fix).
         EndpointCapabilityError: the server cannot teacher-force (no prompt log-probs, no tokenizer).
     """
+    from mnemoscope.audit.calibrate import check_class_counts, record_groups
+    from mnemoscope.audit.profile import chat_template_sha256
+    from mnemoscope.audit.validation import held_out_row, split_by_fact, write_validation
     from mnemoscope.bench.label_check import check_labelled, check_verifiable, gold_answers, verify_labels
     from mnemoscope.io import atomic_write
-    from mnemoscope.pipelines.calibrate import check_class_counts, record_groups
-    from mnemoscope.pipelines.profile import chat_template_sha256
-    from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
     from mnemoscope.trace.endpoint import load_chat_template
     from mnemoscope.trace.store import stored_ids
     from mnemoscope.trace.templates import default_stops
@@ -347,7 +337,7 @@ def calibrate_endpoint_profile(
     outp.mkdir(parents=True, exist_ok=True)
     pool, draw, draw_seconds = records, None, [0.0]
     if c.per_class is not None:
-        from mnemoscope.pipelines.draw import draw_for_config
+        from mnemoscope.audit.draw import draw_for_config
 
         first = [overwrite]
 
@@ -491,7 +481,7 @@ def calibrate_endpoint_profile(
             rows.append(held_out_row(dec[t.id], res, context=t.context, query=t.query, gold=gold))
         sample = [pairs_v[i] for i in ho[: max(0, timing_sample)]]
         if sample:
-            from mnemoscope.pipelines.requests import AuditRequest
+            from mnemoscope.audit.requests import AuditRequest
 
             ts = time.perf_counter()
             auditor.audit([AuditRequest(t.context, t.query, id=t.id) for t in sample])
@@ -506,202 +496,3 @@ def calibrate_endpoint_profile(
         audit_seconds=audit_seconds,
     )
     return load_endpoint_profile(outp)
-
-
-# -- the auditor -----------------------------------------------------------------------------------
-
-
-class EndpointAuditor(Auditor):
-    """``Auditor.from_endpoint`` with the historical constructor: an :class:`Auditor` whose backend is
-    an :class:`~mnemoscope.pipelines.backends.EndpointBackend` (same ``audit``, hooks and results;
-    each result adds ``backend``, ``endpoint_method``, ``endpoint`` and ``unavailable``).
-
-    Args:
-        client: the server's client.
-        profile: an endpoint profile (a loaded one or its folder).
-        rule: ``"combined"`` or ``"repcs"`` (``"crm-anomaly"`` needs hidden states).
-        check_identity: fingerprint the server and refuse another model than the profile's.
-        max_context_chars, max_query_chars: input caps in characters (413 above; the server
-            enforces its own window).
-    """
-
-    def __init__(
-        self,
-        client: EndpointClient,
-        profile: AuditProfile | str | Path,
-        *,
-        rule: Rule = "combined",
-        batch_size: int = 8,
-        check_identity: bool = True,
-        max_context_chars: int = 32_000,
-        max_query_chars: int = 4_000,
-    ):
-        backend = EndpointBackend.open(
-            client,
-            profile,
-            rule=rule,
-            check_identity=check_identity,
-            max_context_chars=max_context_chars,
-            max_query_chars=max_query_chars,
-            batch_size=batch_size,
-        )
-        super().__init__(backend, rule=rule)
-        self.client = client
-        self.caps = backend.caps
-        #: the endpoint settings (``pair_config``, ``fingerprint``) of the profile
-        self.endpoint_profile = backend.settings
-
-    def score_endpoint(self, t: PairTrace, pieces: Sequence[str]) -> AuditResult:
-        """:meth:`Auditor.score` of an endpoint trace (no hooks: prefer :meth:`Auditor.audit` with
-        ``AuditRequest(prompts=...)``, which emits the audit's span)."""
-        return self.score(t, pieces)
-
-
-# -- RePCS over an endpoint ------------------------------------------------------------------------
-
-
-def _score_calibration(
-    p: Path, chat_template: str | None
-) -> tuple[RePCS, EndpointPairConfig, EndpointFingerprint]:
-    """The detector, pair settings and fingerprint of an endpoint profile or a ``repcs calibrate
-    --endpoint`` JSON."""
-    from mnemoscope.trace.endpoint import load_chat_template
-
-    if p.is_dir() or p.name == "profile.json":
-        prof = load_endpoint_profile(p)
-        assert prof.endpoint is not None
-        return (
-            RePCS.from_calibration(prof.header["repcs"]),
-            prof.endpoint.pair_config,
-            prof.endpoint.fingerprint,
-        )
-    try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"cannot read the calibration {p}: {e}") from e
-    model = rec.get("model") or {}
-    if model.get("spec") != "endpoint":
-        raise ProfileError(
-            f"{p} was calibrated in-process on {model.get('name')}, not against an endpoint (its tau is on "
-            "full-vocabulary KL); recalibrate with `mnemoscope repcs calibrate --endpoint`"
-        )
-    pc = rec.get("pair_config", {})
-    tpl = (
-        ChatTemplate.from_dict(rec["chat_template"])
-        if rec.get("chat_template")
-        else load_chat_template(chat_template)
-    )
-    pcfg = EndpointPairConfig(
-        builder=PromptBuilder(
-            template=pc.get("template", "A"), task=pc.get("task") or "plain", chat=bool(pc.get("chat"))
-        ),
-        template=tpl,
-        max_new_tokens=int(pc.get("max_new_tokens", rec.get("T") or 32)),
-        top_k=int(pc.get("top_k", 20)),
-    )
-    return RePCS.from_calibration(rec), pcfg, EndpointFingerprint.from_dict(model["endpoint_fingerprint"])
-
-
-def score_file_endpoint(
-    client: EndpointClient,
-    calibration: str | Path,
-    input_path: str | Path,
-    out: str | Path,
-    *,
-    on_error: str = "skip",
-    progress: bool = True,
-    check_model: bool = True,
-    chat_template: str | None = None,
-) -> dict[str, Any]:
-    """``repcs score`` over an endpoint: an endpoint profile folder, or a ``repcs calibrate --endpoint``
-    JSON. The in-process runner (:func:`~mnemoscope.pipelines.repcs.score_records`); output lines are
-    ``{"id", "score": -Z, **repcs_verdict(...), "backend", "endpoint_method"}``."""
-    from mnemoscope.data import read_records
-
-    p = Path(calibration)
-    det, pcfg, fp = _score_calibration(p, chat_template)
-    caps = client.require_teacher_forcing()
-    if check_model:
-        check_endpoint_identity(client, fp, str(p))
-    records, errors = read_records(input_path, on_error=on_error)  # type: ignore[arg-type]
-    extra = {"backend": "endpoint", "endpoint_method": caps.method}
-
-    def score(batch: Sequence[Any]) -> tuple[list[str], list[dict[str, Any]]]:
-        traced = trace_records(client, batch, pcfg, on_error=on_error, early_stop=0)
-        failed = [
-            {"line": f.get("line"), "id": f["id"], "field": None, "message": f["message"]}
-            for f in traced.failures
-        ]
-        # endpoint_method: the path that scored each record (auto may fall back on a refusal)
-        lines = [
-            score_line(det, t, {**extra, "endpoint_method": _method_of(t, caps.method)})
-            for t in traced.traces
-        ]
-        return lines, failed
-
-    res = score_records(records, out, score, batch_size=max(8, client.config.concurrency), progress=progress)
-    res["errors"] = [e.to_dict() for e in errors] + res["errors"]
-    return res
-
-
-def _method_of(trace: Any, default: str) -> str:
-    backend = trace.backend if isinstance(trace.backend, dict) else {}
-    return str(backend.get("method") or default)
-
-
-# -- chat-only APIs: the weaker test ---------------------------------------------------------------
-
-CLOSED_BOOK_LABEL = (
-    "closed-book generation comparison: a different, weaker test than RePCS (no teacher forcing, no "
-    "verdict, no guarantee); an answer the model also gives without the context did not need the context"
-)
-
-
-def closed_book_comparison(
-    client: EndpointClient,
-    context: str,
-    query: str,
-    *,
-    template: str = "A",
-    max_tokens: int = 32,
-) -> dict[str, Any]:
-    """What is sound on a chat-only API (no prompt log-probs): generate the answer with and without
-    the context through ``/v1/chat/completions`` (greedy) and compare the two generations.
-
-    Returns the two answers, whether they match after normalisation, their word overlap
-    (Jaccard) and ``label`` (:data:`CLOSED_BOOK_LABEL`). No verdict is derived from it.
-    """
-    import re
-
-    b = PromptBuilder(template=template, chat=False)
-
-    def ask(ctx: str) -> str:
-        body = {
-            "model": client.model,
-            "messages": [{"role": "user", "content": b.render(ctx, query)}],
-            "temperature": 0.0,
-            "max_tokens": max_tokens,
-        }
-        data = client.request("POST", "/chat/completions", body)
-        try:
-            return str(data["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as e:
-            raise EndpointError("POST /chat/completions returned no message", endpoint=client.endpoint) from e
-
-    with_ctx, without = ask(context), ask("")
-
-    def words(s: str) -> set[str]:
-        return set(re.findall(r"\w+", s.lower()))
-
-    a, b2 = words(with_ctx), words(without)
-    return {
-        "test": "closed-book-comparison",
-        "label": CLOSED_BOOK_LABEL,
-        "answer_with_context": with_ctx,
-        "answer_without_context": without,
-        "same_answer": " ".join(sorted(a)) == " ".join(sorted(b2)),
-        "word_jaccard": len(a & b2) / max(1, len(a | b2)),
-        "endpoint": client.endpoint,
-        "backend": "endpoint",
-        "endpoint_method": "chat-completions-generations",
-    }

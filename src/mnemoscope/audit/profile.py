@@ -13,7 +13,7 @@ A profile folder holds
   of ``crm.npz``);
 * ``traces/``: the paired traces of the calibration records (resumable extraction);
 * ``validation.json`` + ``held_out.jsonl``: the validation card and the held-out audits it is
-  computed from (:mod:`mnemoscope.pipelines.validation`), tied to the profile by its hash.
+  computed from (:mod:`mnemoscope.audit.validation`), tied to the profile by its hash.
 
 **Layout.** A profile records the prompt layout its audits must reuse (``header["layout"]``:
 template, task, chat, system prompt, a SHA-256 of the chat template, T and the stop sequences);
@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mnemoscope.audit.verdict import AnomalyRule
 from mnemoscope.detectors.crm_artifact import FittedCRM, load_crm
 from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES, SIGNALS, VerdictModel
 from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.io import canonical_json
 from mnemoscope.models.endpoint import EndpointFingerprint
 from mnemoscope.models.loader import check_same_model
-from mnemoscope.pipelines.verdict import AnomalyRule
 from mnemoscope.trace.endpoint import ChatTemplate, EndpointPairConfig
 from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.templates import PromptBuilder
@@ -137,7 +137,7 @@ class CalibrationConfig:
             ``None`` = the layout's default (:func:`mnemoscope.trace.templates.default_stops`:
             none with a chat template, a blank line or a new "Question:"/"Context:" cue without).
         per_class: draw records in rounds until this many answers of each class verify
-            (:func:`mnemoscope.pipelines.draw.draw_until`); ``None`` = trace every record given.
+            (:func:`mnemoscope.audit.draw.draw_until`); ``None`` = trace every record given.
         max_traced: with ``per_class``, stop drawing after this many records.
         with_crm: also trace the hidden states and fit CRM (its directions, the anomaly rule
             and classifier: ``crm.npz``). Off by default: the verdict's default signals are
@@ -302,7 +302,7 @@ def check_layout(profile: AuditProfile, asked: dict[str, Any]) -> None:
 
     ``asked``: what the audit would use (any of ``prompt``, ``chat_template_sha256``,
     ``max_new_tokens``, ``stop``; ``None`` is a value: no chat template, no stop sequence); keys
-    the audit does not pass, or the profile did not record, are not compared. The one layout check: :class:`~mnemoscope.pipelines.audit.Auditor` calls it
+    the audit does not pass, or the profile did not record, are not compared. The one layout check: :class:`~mnemoscope.audit.auditor.Auditor` calls it
     for the in-process and the endpoint backends.
 
     Raises:
@@ -486,7 +486,7 @@ def load_profile(
 
     prof.validation = read_validation(prof)
     if isinstance(prof.validation, dict) and prof.validation.get("status") != NOT_MEASURED:
-        from mnemoscope.pipelines.validation import profile_status
+        from mnemoscope.audit.validation import profile_status
 
         # the status under the current rule (what every audit it backs says), not the one recorded
         # when the card was written: `profile show` and the audits never disagree

@@ -1,6 +1,6 @@
 """Calibrating an audit profile: fit RePCS's tau, the token margin and the verdict model (and,
 with ``with_crm``, CRM + its anomaly rule) on labelled records (``mnemoscope calibrate``; the
-endpoint variant is :func:`mnemoscope.pipelines.endpoint.calibrate_endpoint_profile`, which calls
+endpoint variant is :func:`mnemoscope.audit.endpoint_calibration.calibrate_endpoint_profile`, which calls
 :func:`fit_verdict`).
 
 **What is traced.** Each record once, both paths and the closed-book answer decoded together in
@@ -12,7 +12,7 @@ tracing and every later read of the folder for a CRM nobody uses.
 :func:`fit_verdict` is the one place the verdict model and the token margin are fitted: the
 profile build, the endpoint calibration and ``benchmarks/verdict_eval.py`` (on each training
 fold) call it. The anomaly rule and the profile format are described in
-:mod:`mnemoscope.pipelines.profile`.
+:mod:`mnemoscope.audit.profile`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,18 @@ from typing import Any
 
 import numpy as np
 
+from mnemoscope.audit.draw import draw_for_config
+from mnemoscope.audit.profile import (
+    PROFILE_FORMAT,
+    AnomalyRule,
+    AuditProfile,
+    CalibrationConfig,
+    chat_template_sha256,
+    load_profile,
+    profile_hash,
+)
+from mnemoscope.audit.signals import answer_pieces, trace_signals
+from mnemoscope.audit.validation import held_out_row, split_by_fact, write_validation
 from mnemoscope.bench.label_check import (
     LabelCheck,
     check_labelled,
@@ -41,18 +53,6 @@ from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.io import atomic_write, canonical_json
-from mnemoscope.pipelines.draw import draw_for_config
-from mnemoscope.pipelines.profile import (
-    PROFILE_FORMAT,
-    AnomalyRule,
-    AuditProfile,
-    CalibrationConfig,
-    chat_template_sha256,
-    load_profile,
-    profile_hash,
-)
-from mnemoscope.pipelines.signals import answer_pieces, trace_signals
-from mnemoscope.pipelines.validation import held_out_row, split_by_fact, write_validation
 from mnemoscope.stats.conformal import conformal_upper
 from mnemoscope.trace.templates import default_stops
 
@@ -172,7 +172,7 @@ def calibrate_profile(
     anomaly rule with ``config.with_crm``) on the calibration part, save, then audit the held-out
     part with the saved profile (scoring the traces; ``timing_sample`` held-out items are also
     audited live to time an audit) and write the validation card
-    (:mod:`mnemoscope.pipelines.validation`).
+    (:mod:`mnemoscope.audit.validation`).
 
     A trace folder already holding hidden states (an older calibration's, or one with CRM) is
     resumed as it is, hidden states included.
@@ -350,8 +350,8 @@ def _held_out_local(
     gold: dict[str, list[str]] | None = None,
 ) -> tuple[list[dict[str, Any]], float | None, dict[str, Any] | None]:
     """Audit the held-out traces with the saved profile; time ``timing_sample`` live audits."""
-    from mnemoscope.pipelines.audit import Auditor
-    from mnemoscope.pipelines.requests import AuditFailure, AuditRequest
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.audit.requests import AuditFailure, AuditRequest
 
     if not len(ho):
         return [], None, None

@@ -1,6 +1,6 @@
 """What a caller asks an audit and what it gets back: requests, results, failures, input checks.
 
-Every backend (:mod:`mnemoscope.pipelines.backends`) and every entry point (CLI, server, proxy,
+Every backend (:mod:`mnemoscope.audit.backends`) and every entry point (CLI, server, proxy,
 integrations, Ray) speaks these types; :func:`check_request` is the check every backend makes
 before any model call, and :func:`parse_audit_lines` reads a batch file with per-record errors
 naming the record and the field.
