@@ -146,7 +146,7 @@ def _proxy(llama_server, endpoint_profile, db, *, dead_auditor: bool = False, **
         dead = EndpointClient(EndpointConfig(f"http://127.0.0.1:{port}/v1", retries=0, timeout=5))
         dead._caps = client.capabilities()
         dead._model = client.model
-        auditor.client = auditor.backend.client = dead  # the backend traces through its own client
+        auditor.backend.client = dead  # the backend traces through its own client
     app = create_proxy_app(
         ProxySettings(upstream=llama_server.base_url, **settings), auditor=auditor, store=open_store(db)
     )

@@ -116,7 +116,7 @@ def _wants_served_logprobs(settings: ProxySettings, auditor: Any) -> bool:
     audit's own requests; llama-server gives token ids with them."""
     if not (settings.served_logprobs and settings.audit and auditor is not None):
         return False
-    caps = getattr(auditor, "caps", None)
+    caps = getattr(getattr(auditor, "backend", None), "caps", None)  # an endpoint backend's
     kind = (getattr(caps, "server", None), getattr(caps, "score_method", ""))
     return kind in (
         ("llama-cpp-python", "grammar"),
