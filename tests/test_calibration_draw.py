@@ -125,3 +125,86 @@ def test_calibrate_profile_draws_per_class_and_records_it(tmp_path: Path) -> Non
     assert draw["verified"] == {"memory": 12, "context": 12}
     assert prof.header["data"]["n_traced"] == draw["n_drawn"] == 24 < len(recs)
     assert prof.header["data"]["n_records"] == len(recs)  # the pool the profile was drawn from
+
+
+# -- a budget instead of a target (issue 35) --------------------------------------------------------
+
+
+def _hard_pool() -> list[dict[str, Any]]:
+    """Mostly hard facts the scripted model does not know (as a small model on the shipped set):
+    memory yields ~1/3, clean ~3/4."""
+    return _pool(n_per_diff=60)
+
+
+def test_budget_draw_spends_the_budget_and_balances_the_classes():
+    model = ScriptedModel()
+    res = draw_until(_hard_pool(), None, model, max_traced=120, min_round=4, seed=3)
+    assert len(res.records) == 120 and res.stopped == "--max-records 120 reached"
+    assert all(v == 1 for v in model.traced.values())  # resumable: each record traced once
+    # a fixed stratified sample would keep ~1/3 of its memory half; the budget draw balances them
+    m, c = res.verified["memory"], res.verified["context"]
+    assert abs(m - c) <= max(4, 0.2 * max(m, c)), res.verified
+    # easiest first: every kept memory answer is of difficulty 1 or 2 (the model knows no 3)
+    assert set(res.kept_by_difficulty["memory"]) <= {"1.0", "2.0"}
+    assert len(res.rounds) >= 2 and res.summary()["budget"]["max_records"] == 120
+    assert res.summary()["per_class"] is None and "budget" in res.summary()["rule"]
+
+
+def test_budget_draw_beats_a_fixed_sample_on_the_smaller_class():
+    import random
+
+    pool = _hard_pool()
+    res = draw_until(pool, None, ScriptedModel(), max_traced=90, min_round=4, seed=0)
+    # the stratified fixed sample of the same size: half memory, half clean, at random
+    rng = random.Random(0)
+    mem = [r for r in pool if r.get("label") == 1]
+    fixed = rng.sample(mem, 45)
+    known = sum(ScriptedModel().knows(r) for r in fixed)
+    assert min(res.verified.values()) > known
+
+
+def test_forecast_after_the_pilot_round_names_what_the_budget_buys():
+    seen: list[Any] = []
+    res = draw_until(_hard_pool(), None, ScriptedModel(), max_traced=60, min_round=4, on_forecast=seen.append)
+    assert len(seen) == 1 and res.forecast is seen[0]
+    f = seen[0]
+    assert f.records == 60 and 0 < f.yields["memory"] <= 1 and "upper bound" in f.describe()
+    # 60 records cannot give 10 held-out answers of each class and 19 conformal clean ones
+    assert not (f.certifiable and f.validatable)
+    assert f.records_for_valid_card is not None and f.records_for_valid_card > 60
+    assert "would be needed" in f.describe() and "marked" in f.describe()
+    big = draw_until(_hard_pool(), None, ScriptedModel(), max_traced=400, min_round=4).forecast
+    assert big is not None and big.certifiable and big.validatable
+    assert "a certified, validated card is expected" in big.describe()
+
+
+def test_time_budget_stops_at_the_measured_rate():
+    t = [0.0]
+
+    def clock() -> float:
+        return t[0]
+
+    model = ScriptedModel()
+
+    def slow(chosen: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+        t[0] += 0.5 * sum(r["id"] not in model.traced for r in chosen)  # 0.5 s per new record
+        return model(chosen)
+
+    res = draw_until(_hard_pool(), None, slow, budget_seconds=30.0, min_round=4, clock=clock)
+    assert res.stopped.startswith("--budget 0.5 min reached")
+    assert 40 <= len(res.records) <= 64, len(res.records)  # 60 records' worth, minus the last round's slack
+    assert res.budget is not None and res.budget["seconds_spent"] <= 30.0 + 0.5 * 4 * 4
+
+
+def test_budget_draw_refuses_no_budget_and_a_bad_budget():
+    with pytest.raises(InputError, match="needs --max-records or --budget"):
+        draw_until(_hard_pool(), None, ScriptedModel())
+    with pytest.raises(InputError, match="--budget must be positive"):
+        draw_until(_hard_pool(), None, ScriptedModel(), budget_seconds=0.0)
+
+
+def test_per_class_draw_also_forecasts():
+    seen: list[Any] = []
+    res = draw_until(_pool(), 20, ScriptedModel(), min_round=4, on_forecast=seen.append)
+    assert res.stopped == "target reached" and len(seen) == 1
+    assert seen[0].records >= len(res.rounds[0]["drawn"])
