@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mnemoscope.errors import InputError
+from mnemoscope.trace.app_prompt import last_user, layout_of
 
 __all__ = [
     "DEFAULT_TAGS",
@@ -48,6 +49,7 @@ __all__ = [
     "check_layout",
     "locate_context",
     "locate_documents",
+    "located_span",
     "message_text",
     "profile_layout",
 ]
@@ -89,6 +91,9 @@ class Located:
             context removed (``None`` for a completion prompt).
         prompt_with, prompt_without: the completion prompt as sent and without the context
             (``None`` for chat messages).
+        prompt: with a profile calibrated on the application's prompt
+            (:mod:`mnemoscope.audit.prompt_match`): how the request compares with it
+            (``status``: ``"calibrated"`` or ``"different"``, and what differs).
     """
 
     context: str
@@ -102,10 +107,11 @@ class Located:
     messages_without: list[dict[str, Any]] | None = None
     prompt_with: str | None = None
     prompt_without: str | None = None
+    prompt: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record of where the context was (no message contents)."""
-        return {
+        out: dict[str, Any] = {
             "layout": self.layout,
             "how": self.how,
             "message": self.message,
@@ -113,28 +119,15 @@ class Located:
             "end": self.end,
             "context_chars": len(self.context),
         }
-
-
-def _layout_of(messages: Sequence[dict[str, Any]], i: int, query_role: str) -> str:
-    role = str(messages[i].get("role", ""))
-    if role == "system" or role == "developer":
-        return "system"
-    if i == _last_user(messages, query_role):
-        return "user"
-    return f"message:{role}" if role != query_role else f"message:{role}-history"
-
-
-def _last_user(messages: Sequence[dict[str, Any]], query_role: str = "user") -> int | None:
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == query_role:
-            return i
-    return None
+        if self.prompt is not None:
+            out["prompt"] = dict(self.prompt)
+        return out
 
 
 def _search_order(messages: Sequence[dict[str, Any]], query_role: str) -> list[int]:
     """The last user message, then system messages, then every other message (latest first)."""
     order: list[int] = []
-    lu = _last_user(messages, query_role)
+    lu = last_user(messages, query_role)
     if lu is not None:
         order.append(lu)
     order += [i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")]
@@ -270,7 +263,7 @@ def locate_context(
         if isinstance(found, str):
             return found
         i, s, e, how = found
-        return _located_span(body, texts, i, s, e, how, query_role)
+        return located_span(body, texts, i, s, e, how, query_role)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -283,7 +276,7 @@ def locate_context(
         if isinstance(found, str):
             return found.replace("in the last user message or the system messages", "in the prompt")
         _, s, e, how = found
-        return _located_span({"prompt": prompt}, [prompt], 0, s, e, how, query_role)
+        return located_span({"prompt": prompt}, [prompt], 0, s, e, how, query_role)
     return "the request has neither chat messages nor a single string prompt"
 
 
@@ -317,23 +310,25 @@ def locate_documents(
                 else None
             )
             del found
-            return _located_span(body, texts, i, start, end, "the retrieved documents' text", query_role)
+            return located_span(body, texts, i, start, end, "the retrieved documents' text", query_role)
     return "the retrieved documents do not all occur verbatim in one message of the prompt the LLM received"
 
 
-def _located_span(
+def located_span(
     body: dict[str, Any], texts: list[str], i: int, s: int, e: int, how: str, query_role: str
 ) -> Located:
+    """The :class:`Located` of the context at characters ``s:e`` of message ``i`` (of the prompt,
+    for a completion request) of ``body``, whose message texts are ``texts``."""
     msgs = body.get("messages")
     if isinstance(msgs, list):
         with_ = [{**m, "content": texts[j]} for j, m in enumerate(msgs)]
         without = [dict(m) for m in with_]
         without[i]["content"] = texts[i][:s] + texts[i][e:]
-        lu = _last_user(msgs, query_role)
+        lu = last_user(msgs, query_role)
         return Located(
             context=texts[i][s:e],
             query="" if lu is None else str(without[lu]["content"]).strip(),
-            layout=_layout_of(msgs, i, query_role),
+            layout=layout_of(msgs, i, query_role),
             how=how,
             message=i,
             start=s,
@@ -360,13 +355,17 @@ def _located_span(
 
 
 def profile_layout(header: dict[str, Any]) -> str:
-    """The layout a profile was calibrated with: its ``layout.context_in``, else the template
+    """The layout a profile was calibrated with: its ``layout.context_in``, else the application
+    prompt's (``calibrate --prompt``), else the template
     layout it was calibrated on (``"user"`` for chat prompts: context and query in one user turn;
     ``"prompt"`` for plain prompts)."""
     lay = header.get("layout")
     if isinstance(lay, dict) and isinstance(lay.get("context_in"), str):
         return str(lay["context_in"])
     prompt = header.get("prompt") or {}
+    app = prompt.get("app")
+    if isinstance(app, dict) and isinstance((app.get("fingerprint") or {}).get("layout"), str):
+        return str(app["fingerprint"]["layout"])
     return "user" if prompt.get("chat") else "prompt"
 
 

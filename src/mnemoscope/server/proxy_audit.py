@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mnemoscope.audit.layout import LayoutMismatch, Located, check_layout
+from mnemoscope.audit.prompt_match import NOT_CALIBRATED_NOTE
 from mnemoscope.errors import InputError
 
 __all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary"]
@@ -135,6 +136,17 @@ def audit_app_prompt(
                 status="failed", error=f"{res.kind or 'AuditFailure'} {res.status}: {res.message}{where}"
             )
             return rec
+        prompt = located.prompt or {}
+        if prompt.get("status") == "different":
+            differs = "; ".join(prompt.get("differs") or []) or "it differs"
+            res = dataclasses.replace(
+                res,
+                notes=[
+                    *res.notes,
+                    f"{NOT_CALIBRATED_NOTE}: the profile was calibrated on another application prompt "
+                    f"({differs}); the verdict does not carry the profile's guarantee",
+                ],
+            )
         if not lay["calibrated"]:
             res = dataclasses.replace(
                 res,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mnemoscope.errors import InputError
+from mnemoscope.trace.app_prompt import AppPrompt
 
 __all__ = [
     "DEFAULT_STOPS",
@@ -165,6 +166,11 @@ def get_template(name: str) -> PromptTemplate:
 class PromptBuilder:
     """Builds with-context and no-context prompts from one template.
 
+    ``app``: the application's own prompt (:class:`~mnemoscope.trace.app_prompt.AppPrompt`,
+    ``calibrate --prompt FILE``): when set, it replaces the template, the task and the system
+    prompt; its messages are wrapped by the chat template (``chat`` is then true), a completion
+    prompt is used as it is.
+
     ``stop``: stop sequences that end a generated answer under this layout (module doc; empty =
     the answer ends at EOS or after T tokens). They change no prompt: ``to_dict`` (the prompt
     settings a profile records) leaves them out, :class:`~mnemoscope.trace.pair.PairConfig`'s
@@ -183,6 +189,7 @@ class PromptBuilder:
     chat: bool = False
     system_prompt: str | None = None
     stop: tuple[str, ...] = ()
+    app: AppPrompt | None = None
     _resolved: tuple[PromptTemplate, TaskTemplate] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -190,6 +197,8 @@ class PromptBuilder:
         if any(not isinstance(x, str) or not x for x in stop):
             raise InputError(f"stop sequences must be non-empty strings, got {list(stop)!r}", field="stop")
         object.__setattr__(self, "stop", stop)
+        if self.app is not None:
+            object.__setattr__(self, "chat", self.app.is_chat)
         object.__setattr__(
             self, "_resolved", (get_template(self.template), _lookup(TASK_TEMPLATES, self.task, "task"))
         )
@@ -203,30 +212,54 @@ class PromptBuilder:
         return self._resolved[1]
 
     def render(self, context: str, query: str) -> str:
-        """The prompt text before any chat template."""
+        """The prompt text before any chat template (with an application prompt: the text of its
+        message holding the query, or its completion prompt)."""
+        if self.app is not None:
+            out = self.app.render(context, query)
+            if isinstance(out, str):
+                return out
+            qi = self.app.query_message
+            assert qi is not None
+            return out[qi]["content"]
         return self.prompt_template.render(context, self.task_template.render(query))
 
-    def build(self, context: str, query: str, tokenizer: Any = None) -> str:
-        """The final prompt text; with ``chat=True`` wrapped by the tokenizer's chat template."""
-        text = self.render(context, query)
-        if not self.chat:
-            return text
-        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
-            raise InputError("chat=True but the model's tokenizer has no chat template")
+    def messages(self, context: str, query: str) -> list[dict[str, str]]:
+        """The chat messages a chat template wraps: the application's, or the optional system prompt
+        and one user turn with the rendered template."""
+        if self.app is not None:
+            out = self.app.render(context, query)
+            if isinstance(out, str):
+                raise InputError("this application prompt is a completion prompt, not chat messages")
+            return out
         messages = []
         if self.system_prompt is not None:
             messages.append({"role": "system", "content": self.system_prompt})
-        messages.append({"role": "user", "content": text})
-        return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        messages.append({"role": "user", "content": self.render(context, query)})
+        return messages
+
+    def build(self, context: str, query: str, tokenizer: Any = None) -> str:
+        """The final prompt text; with ``chat=True`` wrapped by the tokenizer's chat template."""
+        if not self.chat:
+            return self.render(context, query)
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise InputError("chat=True but the model's tokenizer has no chat template")
+        return str(
+            tokenizer.apply_chat_template(
+                self.messages(context, query), tokenize=False, add_generation_prompt=True
+            )
+        )
 
     def pair(self, context: str, query: str, tokenizer: Any = None) -> tuple[str, str]:
         """(with-context prompt, no-context prompt): same template, the second with an empty context."""
         return self.build(context, query, tokenizer), self.build("", query, tokenizer)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "template": self.template,
             "task": self.task,
             "chat": self.chat,
             "system_prompt": self.system_prompt,
         }
+        if self.app is not None:  # only then: older profiles' prompt blocks hash as before
+            out["app"] = self.app.to_dict()
+        return out
