@@ -13,6 +13,9 @@ every variant alike:
   second generate for the closed-book answer (``decode="teacher-forced"``, ``hidden=True``);
   then what followed each draw round: the extraction read every trace back, wrote an empty
   extras record per new trace, and the draw read every trace back again for the answers;
+* ``bare`` (not a variant: computed on ``new``'s traces): the floor, the same tokens
+  teacher-forced in one forward per sequence as if the answers were known (:func:`_bare_compute`);
+  ``new_vs_bare`` is how far generation is from it;
 * ``new``: the default now: both paths and the closed-book answer decoded together in one
   padded batch (the chat template's shared prefix prefilled once, finished rows leaving the
   batch), no hidden states (``decode="lockstep"``, ``hidden=False``), at calibrate's default
@@ -45,6 +48,46 @@ from typing import Any
 import numpy as np
 
 from build_default_profile import ROOT, provenance
+
+
+def _bare_compute(lm: Any, traces: list[Any], batch_size: int) -> dict[str, Any]:
+    """The floor under the tracing: the same tokens through the model in as few forwards as
+    possible, as if every answer were known in advance (no sequential decoding, no cache
+    bookkeeping, no per-step statistics, no writes): each record's three sequences (with-context
+    prompt + answer, no-context prompt + answer, no-context prompt + closed-book answer)
+    teacher-forced in one forward each, sorted by length and batched with next to no padding,
+    logits kept for the answer positions only. Generation cannot beat this: it computes the same
+    tokens one step at a time."""
+    import torch
+
+    tok = lm.tokenizer
+    seqs: list[tuple[list[int], int]] = []
+    for t in traces:
+        pw = tok(t.prompt_with, add_special_tokens=False)["input_ids"]
+        pwo = tok(t.prompt_without, add_special_tokens=False)["input_ids"]
+        a = [int(x) for x in t.answer_ids]
+        cb = [int(x) for x in (t.answer_without_ids if t.answer_without_ids is not None else [])]
+        seqs += [(pw + a, len(a)), (pwo + a, len(a)), (pwo + cb, len(cb))]
+    seqs.sort(key=lambda s: len(s[0]))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    n_tokens = sum(len(s) for s, _ in seqs)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch_size):
+            chunk = seqs[i : i + batch_size]
+            width = max(len(s) for s, _ in chunk)
+            ids = torch.tensor([s + [pad] * (width - len(s)) for s, _ in chunk], dtype=torch.long)
+            mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in chunk], dtype=torch.long)
+            keep = max(1, max(k for _, k in chunk))
+            lm.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep)
+    dt = time.perf_counter() - t0
+    return {
+        "what": "each record's three sequences teacher-forced in one forward each, length-sorted batches",
+        "seconds": round(dt, 3),
+        "tokens": n_tokens,
+        "tokens_per_second": round(n_tokens / dt, 1),
+        "seconds_per_record": round(dt / max(1, len(traces)), 3),
+    }
 
 
 def main() -> None:
@@ -158,6 +201,7 @@ def main() -> None:
             )
         old = {t.id: t for t in load_traces(tmp / "old_b8")}
         new = {t.id: t for t in load_traces(tmp / "new")}
+        bare = _bare_compute(lm, list(new.values()), batch_size=new_bs)
         same = [i for i in new if old[i].answer_ids.tolist() == new[i].answer_ids.tolist()]
 
         def max_diff(field: str) -> float:
@@ -201,6 +245,8 @@ def main() -> None:
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "records_per_second": {k: round(v, 4) for k, v in rps.items()},
         "seconds_per_record": {k: round(v / len(records), 3) for k, v in seconds.items()},
+        "bare": bare,
+        "new_vs_bare": round(seconds["new"] / bare["seconds"], 2),
         "speedup_new_vs_old_b1": round(rps["new"] / rps["old_b1"], 2),
         "speedup_new_vs_old_b8": round(rps["new"] / rps["old_b8"], 2),
         "speedup_new_b8_vs_old_b8": round(rps["new_b8"] / rps["old_b8"], 2),
@@ -211,7 +257,8 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(
         f"new {rps['new']:.3f} rec/s vs old batch 1 {rps['old_b1']:.3f} ({result['speedup_new_vs_old_b1']}x), "
-        f"old batch 8 {rps['old_b8']:.3f} ({result['speedup_new_vs_old_b8']}x); {args.threads} thread(s), "
+        f"old batch 8 {rps['old_b8']:.3f} ({result['speedup_new_vs_old_b8']}x); the bare floor "
+        f"{bare['seconds_per_record']} s/record (new = {result['new_vs_bare']}x the floor); {args.threads} thread(s), "
         f"load {load_start} -> {result['machine']['load_avg_end']}; same answers {len(same)}/{len(new)} -> {out}"
     )
 
