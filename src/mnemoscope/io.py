@@ -1,4 +1,4 @@
-"""Small I/O helpers every layer shares: atomic file writes and canonical JSON.
+"""Small I/O helpers every layer shares: atomic file writes, canonical JSON and text digests.
 
 >>> canonical_json({"b": 1, "a": [1.5, "é"]})
 b'{"a":[1.5,"\\xc3\\xa9"],"b":1}'
@@ -6,6 +6,7 @@ b'{"a":[1.5,"\\xc3\\xa9"],"b":1}'
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -16,12 +17,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_savez", "atomic_write", "atomic_write_json", "canonical_json"]
+__all__ = ["atomic_savez", "atomic_write", "atomic_write_json", "canonical_json", "text_sha256"]
 
 
 def canonical_json(obj: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8: equal data always gives equal bytes (for hashing and comparing)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def text_sha256(text: str) -> str:
+    """``sha256:<hex>`` of ``text``'s UTF-8 bytes (a results row's ``context_sha256``).
+
+    >>> text_sha256("")
+    'sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
+    """
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def atomic_write(path: str | Path, data: str | bytes) -> Path:

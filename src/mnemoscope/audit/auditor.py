@@ -53,7 +53,7 @@ from mnemoscope.audit.requests import (
     parse_audit_lines,
     read_audit_inputs,
 )
-from mnemoscope.audit.results import RESULTS_FORMAT, EarlyStop, ResultsFolder
+from mnemoscope.audit.results import RESULTS_FORMAT, EarlyStop, ResultsFolder, row_fields
 from mnemoscope.audit.signals import answer_pieces, measure, query_match_of, trace_signals
 from mnemoscope.audit.verdict import RULES, Rule, decide, decide_source, get_rule, unmeasurable_signals
 from mnemoscope.detectors.repcs import RePCS
@@ -267,7 +267,9 @@ class Auditor:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What makes two audits comparable: the model, the profile and the settings."""
+        """What makes two audits comparable: the model, the profile and the settings; plus, under
+        ``"run"``, what a results folder records of this run only and never compares (the
+        profile's path: the same profile at another path is the same profile)."""
         info = self.model_info
         return {
             "model": {k: info.get(k) for k in ("name", "spec", "fingerprint", "adapter")},
@@ -277,6 +279,9 @@ class Auditor:
                 "max_new_tokens": self.profile.max_new_tokens,
                 "prompt": self.profile.header["prompt"],
                 **self.backend.identity_settings,
+            },
+            "run": {
+                "profile": {"path": str(Path(self.profile.path).resolve()), "hash": self.profile.content_hash}
             },
         }
 
@@ -381,10 +386,12 @@ def _backend_layout(backend: Any) -> dict[str, Any]:
 
 
 def audit_batch(
-    auditor: Auditor, chunk: Sequence[tuple[int, AuditRequest]]
+    auditor: Auditor, chunk: Sequence[tuple[int, AuditRequest]], *, store_context: bool = False
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """Audit one batch of ``(line number, request)``: the ``results.jsonl`` lines and the error rows.
 
+    A line is ``{"id", "query", "context_sha256", **AuditResult.to_dict()}``
+    (:func:`~mnemoscope.audit.results.row_fields`; ``"context"`` too with ``store_context``).
     The one per-batch step of :func:`run_audit_file`; the Ray engine's actors call it too, so
     both engines write the same bytes for the same batch.
     """
@@ -395,7 +402,8 @@ def audit_batch(
         if isinstance(res, AuditFailure):
             errors.append({"id": req.id, "line": lineno, **res.to_dict()})
         else:
-            lines.append(json.dumps({"id": req.id, **res.to_dict()}, ensure_ascii=False))
+            row = {"id": req.id, **row_fields(req, store_context=store_context), **res.to_dict()}
+            lines.append(json.dumps(row, ensure_ascii=False))
     return lines, errors
 
 
@@ -418,14 +426,18 @@ def run_audit_file(
     progress: bool = True,
     overwrite: bool = False,
     early_stop: int = 8,
+    command: Sequence[str] | None = None,
+    store_context: bool = False,
 ) -> dict[str, Any]:
     """Audit every record of a JSONL file into ``out_dir`` (resumable), with any backend.
 
     Writes a :class:`~mnemoscope.audit.results.ResultsFolder`: ``results.jsonl``
-    (``{"id", **AuditResult.to_dict()}`` per record, appended and fsynced batch by batch),
-    ``errors.jsonl`` (``{"id", "line", "field", "message", "status"}`` per bad record; rewritten
-    each run) and ``meta.json`` (the auditor's identity: a folder refuses results of another
-    model, profile or rule). A re-run skips ids already in ``results.jsonl``.
+    (``{"id", "query", "context_sha256", **AuditResult.to_dict()}`` per record, appended and
+    fsynced batch by batch; the context itself with ``store_context``), ``errors.jsonl``
+    (``{"id", "line", "field", "message", "status"}`` per bad record; rewritten each run) and
+    ``meta.json`` (the auditor's identity: a folder refuses results of another model, profile or
+    rule; and one record per run: ``command`` (default ``sys.argv``), commit, profile path,
+    start and end time, rows appended, outcome). A re-run skips ids already in ``results.jsonl``.
 
     Raises:
         EarlyStopError: the first ``early_stop`` audited records all failed for the same cause
@@ -433,7 +445,7 @@ def run_audit_file(
     """
     from tqdm.auto import tqdm
 
-    folder = ResultsFolder(out_dir, auditor.identity, overwrite=overwrite)
+    folder = ResultsFolder(out_dir, auditor.identity, overwrite=overwrite, command=command)
     done = folder.done_ids
     todo: list[tuple[int, AuditRequest]] = []
     errors: list[dict[str, Any]] = []
@@ -446,17 +458,22 @@ def run_audit_file(
             todo.append((lineno, item))
     n_ok = 0
     stop = EarlyStop(early_stop, what="audit")
+    outcome = "interrupted"
     try:
         with tqdm(total=len(todo), disable=not progress, unit="audit", desc="audit") as bar:
             for start in range(0, len(todo), auditor.batch_size):
                 chunk = todo[start : start + auditor.batch_size]
-                lines, failed = audit_batch(auditor, chunk)
+                lines, failed = audit_batch(auditor, chunk, store_context=store_context)
                 errors.extend(failed)
                 n_ok += folder.append(lines)
                 bar.update(len(chunk))
                 note_outcomes(stop, len(lines), failed)
+        outcome = "finished"
+    except MnemoscopeError as e:
+        outcome = f"stopped: {type(e).__name__}: {e}"
+        raise
     finally:
-        folder.write_errors(errors)
+        folder.end_run(errors, outcome=outcome)
     summary = {
         "records": n_lines,
         "audited": n_ok,

@@ -44,7 +44,13 @@ def register(sub: Any) -> None:
     src.add_argument(
         "--report",
         action="store_true",
-        help="with --input: also write DIR/report.html (as `mnemoscope report DIR --input FILE`)",
+        help="with --input: also write DIR/report.html (as `mnemoscope report DIR`)",
+    )
+    src.add_argument(
+        "--store-context",
+        action="store_true",
+        help="with --input: store each record's context in results.jsonl (default: only its SHA-256, "
+        "as contexts can be large and private; not with --engine ray)",
     )
     p.add_argument(
         "--profile",
@@ -95,6 +101,15 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--input needs --out DIR", field="out")
     if getattr(args, "report", False) and not args.input:
         raise InputError("--report needs --input FILE --out DIR (a batch audit)", field="report")
+    if args.store_context and not args.input:
+        raise InputError(
+            "--store-context needs --input FILE --out DIR (a batch audit)", field="store_context"
+        )
+    if args.store_context and args.engine == "ray":
+        raise InputError(
+            "--store-context is not supported with --engine ray (its rows store the context's SHA-256 only)",
+            field="store_context",
+        )
 
     from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, run_audit_file
     from mnemoscope.cli.options import load_from_args
@@ -122,7 +137,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.input:
         summary = run_audit_file(
-            auditor, args.input, args.out, progress=not args.quiet, overwrite=args.overwrite
+            auditor,
+            args.input,
+            args.out,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+            command=getattr(args, "argv", None),
+            store_context=args.store_context,
         )
         print(
             f"audited {summary['audited']} records into {args.out}/results.jsonl "
@@ -159,7 +180,7 @@ def _report(args: argparse.Namespace, rc: int) -> int:
         return rc
     from mnemoscope.cli.report_cmd import build_report
 
-    written, _, run = build_report(args.out, input_path=args.input, profile=args.profile)
+    written, _, run = build_report(args.out, profile=args.profile, argv=getattr(args, "argv", None))
     print(f"report: {written} ({len(run.rows)} answers, {len(run.errors)} errors)")
     return rc
 

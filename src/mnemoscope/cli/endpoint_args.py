@@ -180,7 +180,13 @@ def audit_endpoint(args: argparse.Namespace) -> int:
         auditor = _auditor(args, client, args.rule, args.batch_size)
         if args.input:
             summary = run_audit_file(
-                auditor, args.input, args.out, progress=not args.quiet, overwrite=args.overwrite
+                auditor,
+                args.input,
+                args.out,
+                progress=not args.quiet,
+                overwrite=args.overwrite,
+                command=getattr(args, "argv", None),
+                store_context=getattr(args, "store_context", False),
             )
             print(
                 f"audited {summary['audited']} records over {args.endpoint} into {args.out}/results.jsonl "

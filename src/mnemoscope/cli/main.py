@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the command as typed, for the records a command writes (results folders, reports): sys.argv
+    # is another program's when main() is called in process (tests, notebooks)
+    args.argv = ["mnemoscope", *(sys.argv[1:] if argv is None else argv)]
     if not args.command:
         parser.print_help()
         return 2

@@ -16,20 +16,26 @@ def register(sub: Any) -> None:
         "report",
         help="an HTML (or Markdown) report of a batch audit's results folder",
         description="Read the results folder of `mnemoscope audit --input FILE --out DIR` and write ONE "
-        "self-contained HTML file (no network): the run's provenance, answers by source, the p_memory "
+        "self-contained HTML file (no network): the folder's runs (command, commit, model, profile, time, "
+        "from meta.json), answers by source, the p_memory "
         "distribution with the memory threshold, every answer in a table that sorts and filters, each "
         "answer highlighted (context / memory / neutral words) with its evidence and guarantee, and the "
         "errors. A torn last line, missing fields of an older version or an empty folder are listed as "
         "skipped; the report still renders.",
         epilog="Examples:\n"
         "  mnemoscope report audits/                       # -> audits/report.html\n"
-        "  mnemoscope report audits/ --input pairs.jsonl   # show the queries (results do not store them)\n"
+        "  mnemoscope report old-audits/ --input pairs.jsonl   # a folder of an older version: queries from FILE\n"
         "  mnemoscope report audits/ --format md           # Markdown summary on stdout\n"
         "  mnemoscope audit --input pairs.jsonl --out audits/ --report   # audit, then report\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("folder", metavar="DIR", help="the results folder (audit --out DIR)")
-    p.add_argument("--input", metavar="FILE", help="the audit's input JSONL: the queries are shown from it")
+    p.add_argument(
+        "--input",
+        metavar="FILE",
+        help="optional: the audit's input JSONL, for folders of older versions whose results store no query "
+        "(records that differ from the audited query or context digest are noted)",
+    )
     p.add_argument("--format", choices=("html", "md"), default="html", help="html (default) or md")
     p.add_argument(
         "--out",
@@ -98,7 +104,12 @@ def build_report(
 
 def run(args: argparse.Namespace) -> int:
     written, md, run_ = build_report(
-        args.folder, fmt=args.format, out=args.out, input_path=args.input, profile=args.profile
+        args.folder,
+        fmt=args.format,
+        out=args.out,
+        input_path=args.input,
+        profile=args.profile,
+        argv=getattr(args, "argv", None),
     )
     if md is not None:
         sys.stdout.write(md)

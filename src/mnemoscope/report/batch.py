@@ -1,11 +1,13 @@
-"""A batch audit's results folder, read for people: counts by source, p_memory, every answer.
+"""A batch audit's results folder, read for people: the runs, counts by source, p_memory, every answer.
 
 :func:`load_run` reads a results folder (``results.jsonl``, ``errors.jsonl``, ``meta.json`` as
 written by ``mnemoscope audit --input FILE --out DIR``) tolerantly: a torn last line, a line
 that is not JSON, a row without an id, an empty folder or rows of an older version (no
-``memory_flag``, no ``p_memory``, no ``tokens``) are **listed as skipped or missing, never
-fatal**, so a report always renders and says what it left out. The verdict is read, never
-re-decided: counts come from each row's ``source`` and ``memory_flag``.
+``memory_flag``, no ``p_memory``, no ``tokens``, no ``query``; a ``meta.json`` without
+``runs``) are **listed as skipped or missing, never fatal**, so a report always renders and
+says what it left out. The folder alone is enough: the rows carry their query and the digest
+of their context, ``meta.json`` the runs (command, commit, profile, time). The verdict is read,
+never re-decided: counts come from each row's ``source`` and ``memory_flag``.
 
 :func:`run_payload` turns a run into the compact, column-wise JSON the HTML page embeds
 (:mod:`mnemoscope.report.batch_html`); :func:`render_markdown` writes a short summary that fits
@@ -81,6 +83,8 @@ class BatchRun:
     missing: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     results_mtime: float | None = None
+    #: ``meta.json``'s run records, oldest first (empty for a folder of an older version)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -113,16 +117,47 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any, bool]]:
                 yield lineno, e, complete
 
 
-def _read_queries(path: Path, skipped: list[Skipped]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _read_inputs(path: Path, skipped: list[Skipped]) -> dict[str, tuple[str, str | None]]:
+    """``{id: (query, context digest or None)}`` of an audit's input file."""
+    from mnemoscope.io import text_sha256
+
+    out: dict[str, tuple[str, str | None]] = {}
     if not path.is_file():
         raise InputError(f"{path} does not exist", field="input")
     for lineno, obj, _ in _jsonl(path):
         if isinstance(obj, dict) and isinstance(obj.get("query"), str) and obj.get("id") is not None:
-            out[str(obj["id"])] = obj["query"]
+            ctx = obj.get("context")
+            out[str(obj["id"])] = (obj["query"], text_sha256(ctx) if isinstance(ctx, str) else None)
         elif isinstance(obj, Exception):
             skipped.append(Skipped(path.name, lineno, f"input line is not valid JSON ({obj})"))
     return out
+
+
+def _runs_of(meta: dict[str, Any], notes: list[str], skipped: list[Skipped]) -> list[dict[str, Any]]:
+    """``meta.json``'s run records, and notes on what they do not tell."""
+    runs = meta.get("runs")
+    if runs is None:
+        if meta:
+            notes.append(
+                "meta.json records no run (written by an older version): the command, commit and time of the "
+                "audit are unknown; the time shown is results.jsonl's last modification"
+            )
+        return []
+    if not isinstance(runs, list):
+        skipped.append(Skipped("meta.json", None, "field 'runs' is not a list: the runs are unknown"))
+        return []
+    good = [r for r in runs if isinstance(r, dict)]
+    if len(good) < len(runs):
+        skipped.append(
+            Skipped("meta.json", None, f"{len(runs) - len(good)} entries of 'runs' are not objects")
+        )
+    before = good[0].get("done_before") if good else None
+    if isinstance(before, int) and before > 0:
+        notes.append(
+            f"{before} results were written before the first recorded run (by an older version): their "
+            "command, commit and time are unknown"
+        )
+    return good
 
 
 def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> BatchRun:
@@ -197,12 +232,36 @@ def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> Bat
             else:
                 reason = "torn last line" if not complete else "not a JSON object"
                 skipped.append(Skipped("errors.jsonl", lineno, reason))
+    runs = _runs_of(meta, notes, skipped)
     queries: dict[str, str] = {}
+    no_query = [r["id"] for r in rows if "query" not in r]
     if input_path is not None:
-        queries = _read_queries(Path(input_path), skipped)
-    elif rows and not any(isinstance(r.get("query"), str) for r in rows):
+        inputs = _read_inputs(Path(input_path), skipped)
+        queries = {i: q for i, (q, _) in inputs.items()}
+        name = Path(input_path).name
+        differ = [
+            r["id"]
+            for r in rows
+            if r["id"] in inputs
+            and (
+                ("query" in r and r["query"] != inputs[r["id"]][0])
+                or (r.get("context_sha256") and inputs[r["id"]][1] not in (None, r["context_sha256"]))
+            )
+        ]
+        if differ:
+            notes.append(
+                f"{len(differ)} records of {name} differ from the ones audited (query or context_sha256; e.g. id "
+                f"{differ[0]}): the table shows the audited queries"
+            )
+        unknown = [i for i in no_query if i not in inputs]
+        if unknown:
+            notes.append(
+                f"{len(unknown)} results store no query and have no record in {name} (e.g. id {unknown[0]})"
+            )
+    elif no_query:
         notes.append(
-            "results.jsonl does not store the queries: pass --input FILE (the audit's input) to show them"
+            f"{len(no_query)} of {len(rows)} results do not store their query (written by an older version): "
+            "pass --input FILE (the audit's input) to show them"
         )
     return BatchRun(
         folder=folder,
@@ -214,6 +273,7 @@ def load_run(folder: str | Path, *, input_path: str | Path | None = None) -> Bat
         missing=missing,
         notes=notes,
         results_mtime=mtime,
+        runs=runs,
     )
 
 
@@ -250,8 +310,9 @@ def _slim(obj: dict[str, Any], lineno: int, interned: dict[str, dict[str, Any]])
         "_tokens": _tokens(obj),
         "_line": lineno,
     }
-    if isinstance(obj.get("query"), str):
-        slim["query"] = obj["query"]
+    for k in ("query", "context", "context_sha256"):
+        if isinstance(obj.get(k), str):
+            slim[k] = obj[k]
     return slim
 
 
@@ -349,7 +410,8 @@ def run_payload(
 
     ``rows``: ``[id, query or None, source index, p_memory (4 digits) or None, memory_flag or
     None]``; ``detail`` (same order): ``[answer, summary, evidence index list, guarantee index,
-    tokens, notes, results.jsonl line]``, each as a JSON string (parsed by the page on demand).
+    tokens, notes, results.jsonl line, context or None, context digest or None]``, each as a
+    JSON string (parsed by the page on demand); ``runs``: ``meta.json``'s run records.
     """
     sources = list(run.counts)
     guarantees: list[dict[str, Any]] = []
@@ -389,6 +451,8 @@ def run_payload(
                 r["_tokens"],
                 r["notes"],
                 r.get("_line"),
+                r.get("context"),
+                r.get("context_sha256"),
             ]
         )
     ev_keys_sorted = ev_keys  # evidence columns in first-seen order (rows may have fewer: padded)
@@ -401,6 +465,7 @@ def run_payload(
         "meta": run.meta,
         "provenance": dict(provenance or {}),
         "results_mtime": run.results_mtime,
+        "runs": run.runs,
         "profile": dict(profile_card) if profile_card else None,
         "sources": sources,
         "counts": run.counts,
@@ -457,6 +522,12 @@ def render_markdown(run: BatchRun, *, top: int = 10) -> str:
         who.append(f"rule `{_md_cell(rule)}`")
     if who:
         lines += [", ".join(who), ""]
+    from mnemoscope.report.batch_html import describe_run
+
+    for i, r in enumerate(run.runs, 1):
+        lines.append(f"- run {i}: {_md_cell(describe_run(r), 300)}")
+    if run.runs:
+        lines.append("")
     n = len(run.rows) or 1
     lines += ["| source | answers | share |", "|---|---:|---:|"]
     for s, c in run.counts.items():

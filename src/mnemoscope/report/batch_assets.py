@@ -175,6 +175,16 @@ JS = r"""
       var q = el("p", "qtext", r[1] === null ? "(not recorded)" : r[1]);
       q.setAttribute("dir", "auto");
       f.appendChild(q);
+      if (typeof d[7] === "string") {
+        f.appendChild(el("h3", null, "Context"));
+        var c = el("p", "qtext", d[7]);
+        c.setAttribute("dir", "auto");
+        f.appendChild(c);
+      } else if (d[8]) {
+        var cs = el("p", "muted ctx", "context not stored (" + d[8] + ")");
+        cs.id = "ctx-digest";
+        f.appendChild(cs);
+      }
       f.appendChild(el("h3", null, "Answer"));
       var ans = el("div", "answer");
       ans.id = "answer";

@@ -25,7 +25,7 @@ from typing import Any
 
 from mnemoscope.report.batch_assets import CSS, JS
 
-__all__ = ["COLOURS", "embed_json", "render_html"]
+__all__ = ["COLOURS", "describe_run", "embed_json", "render_html"]
 
 COLOURS = {
     "context": "#2f7d4f",
@@ -35,6 +35,8 @@ COLOURS = {
     "not recorded": "#a3a3a3",
 }
 _E = html.escape
+#: run records shown on the page (the most recent; a folder resumed many times lists the rest in meta.json)
+_MAX_RUNS = 20
 
 
 def embed_json(obj: Any, *, compress_over: int = 1_000_000) -> tuple[str, str]:
@@ -145,6 +147,30 @@ def _histogram(hist: Mapping[str, Any], threshold: float | None, threshold_note:
     return "".join(out) + f'<div class="legend">{legend}</div>' + note
 
 
+def describe_run(r: Mapping[str, Any]) -> str:
+    """One line for a run record: command, commit, version, profile, times, rows, outcome."""
+    gc = r.get("git_commit")
+    prof = r.get("profile") if isinstance(r.get("profile"), Mapping) else {}
+    parts = [
+        str(r.get("command") or "command not recorded"),
+        f"commit {str(gc)[:10]}{' (dirty)' if r.get('git_dirty') else ''}"
+        if gc
+        else "commit n/a (not a checkout)",
+        f"mnemoscope {r.get('mnemoscope') or '?'}",
+    ]
+    if prof:
+        parts.append(f"profile {prof.get('path') or '?'} ({str(prof.get('hash') or '')[:12]})")
+    ended = r.get("ended")
+    parts.append(
+        f"{r.get('started') or '?'} to {ended if ended else 'no end recorded (interrupted or running)'}"
+    )
+    if isinstance(r.get("appended"), int):
+        parts.append(f"{r['appended']} answers written, {r.get('errors', 0)} errors")
+    if r.get("outcome"):
+        parts.append(str(r["outcome"]))
+    return "; ".join(parts)
+
+
 def _provenance(payload: Mapping[str, Any]) -> str:
     meta = payload.get("meta") or {}
     model = meta.get("model") or {}
@@ -196,23 +222,21 @@ def _provenance(payload: Mapping[str, Any]) -> str:
                 ),
             )
         )
+    runs = payload.get("runs") or []
+    for i, r in enumerate(runs[-_MAX_RUNS:], max(1, len(runs) - _MAX_RUNS + 1)):
+        rows.append((f"run {i}" if len(runs) > 1 else "audit run", describe_run(r)))
+    if len(runs) > _MAX_RUNS:
+        rows.append(("earlier runs", f"{len(runs) - _MAX_RUNS} more in meta.json"))
     mt = payload.get("results_mtime")
-    if mt:
+    if mt and not runs:
         rows.append(
             (
                 "results written",
-                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mt)) + " (results.jsonl last modified)",
+                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mt)) + " (results.jsonl last modified; "
+                "meta.json records no run)",
             )
         )
     rows.append(("folder", str(payload.get("folder"))))
-    run = meta.get("provenance") or {}
-    if run:
-        rows.append(
-            (
-                "audit run",
-                f"{run.get('command')} at {str(run.get('git_commit'))[:10]} ({run.get('created') or run.get('time')})",
-            )
-        )
     if prov:
         gc = prov.get("git_commit")
         rows.append(
