@@ -136,7 +136,11 @@ def test_audit_equals_local_engine_resumes_and_refuses_another_run(
     assert a == b  # same batches, same function: the same bytes, line by line
     errs = lambda p: sorted(p.read_text().splitlines())  # noqa: E731
     assert errs(tmp_path / "local/errors.jsonl") == errs(tmp_path / "ray/errors.jsonl")
-    assert (tmp_path / "local/meta.json").read_bytes() == (tmp_path / "ray/meta.json").read_bytes()
+    metas = [json.loads((tmp_path / e / "meta.json").read_text()) for e in ("local", "ray")]
+    ident = [{k: v for k, v in m.items() if k != "runs"} for m in metas]
+    assert ident[0] == ident[1]  # the same identity from either engine
+    (lrun,), (rrun,) = (m["runs"] for m in metas)  # each engine recorded its run
+    assert lrun["profile"] == rrun["profile"] and lrun["appended"] == rrun["appended"] == 7
     table = pq.read_table(tmp_path / "ray/results.parquet")
     assert sorted(table.column("id").to_pylist()) == sorted(a)
     row = table.slice(0, 1).to_pylist()[0]

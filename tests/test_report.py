@@ -13,6 +13,7 @@ from mnemoscope.cli.main import main
 from mnemoscope.cli.profile_cmd import shipped_default_profile
 from mnemoscope.errors import InputError
 from mnemoscope.report.profile_card import NOT_MEASURED, profile_card, read_validation, render_text
+from screenshots import DOCS_IMG, INDEX, PROFILE_SHOTS, record_screenshot, screenshot_dir
 
 # -- the profile card -------------------------------------------------------------------------------
 
@@ -100,6 +101,24 @@ def test_committed_validation_is_up_to_date():
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_committed_screenshots_show_the_shipped_profile():
+    """docs/img's dashboard, profile and report screenshots were taken with the shipped profile
+    (tests/screenshots.py): a profile rebuilt since fails here until the real-model browser tests
+    are re-run to refresh them."""
+    prof = load_profile(shipped_default_profile())
+    index = json.loads((DOCS_IMG / INDEX).read_text())
+    for name, test in PROFILE_SHOTS.items():
+        assert (DOCS_IMG / name).is_file(), name
+        shot = index.get(name)
+        how = f"re-run `MNEMOSCOPE_REQUIRE_SERVICES=1 pytest {test}` and commit docs/img"
+        assert shot is not None, f"docs/img/{name} records no profile: {how}"
+        assert shot["profile_hash"] == prof.content_hash, (
+            f"docs/img/{name} shows profile {shot['profile_hash'][:12]} combining {shot['verdict_signals']}; "
+            f"the shipped one is {prof.content_hash[:12]} combining {list(prof.verdict.selected_)}: {how}"
+        )
+        assert shot["verdict_signals"] == list(prof.verdict.selected_)
 
 
 # -- the batch report: builders ---------------------------------------------------------------------
@@ -354,7 +373,6 @@ def test_audit_report_needs_a_batch(capsys):
 # -- the batch report in a real browser -------------------------------------------------------------
 
 CHROMIUM = Path("/usr/bin/chromium")
-DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 
 
 def _unavailable(reason: str) -> None:
@@ -467,7 +485,6 @@ def real_batch(tmp_path_factory):
 
 @pytest.mark.real_model
 def test_report_of_a_real_batch_audit_in_chromium(browser, real_batch):
-    import os
     from collections import Counter
 
     from playwright.sync_api import expect
@@ -514,10 +531,19 @@ def test_report_of_a_real_batch_audit_in_chromium(browser, real_batch):
         assert pg.text_content("#answer") == best["answer"]
         assert best["guarantee"]["statement"] in pg.inner_text("#detail")
         assert f"p_memory {best['p_memory']:.3f}" in pg.inner_text("#detail")
+        assert pg.get_attribute("#ctx-digest", "title") == best["context_sha256"]  # the context is not stored
         assert pg.evaluate("window.__pwned") is None
         assert problems == []
-        shots = Path(os.environ.get("MNEMOSCOPE_SCREENSHOT_DIR") or DOCS_IMG)
-        shots.mkdir(parents=True, exist_ok=True)
-        pg.screenshot(path=str(shots / "report.png"), full_page=True)
+        # the run's provenance from meta.json alone: the command, the shipped profile, no file time
+        meta = json.loads((out / "meta.json").read_text())
+        prof = load_profile(shipped_default_profile())
+        assert meta["profile_hash"] == prof.content_hash
+        (audit_run,) = meta["runs"]
+        prov = pg.inner_text("#provenance")
+        assert audit_run["command"] in prov and "last modified" not in prov
+        assert "--durations" not in prov  # the report names the command that built it, not pytest's
+        shot = screenshot_dir() / "report.png"
+        pg.screenshot(path=str(shot), full_page=True)
+        record_screenshot(shot, prof)
     finally:
         pg.close()

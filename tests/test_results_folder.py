@@ -246,3 +246,31 @@ def test_report_notes_an_input_that_is_not_the_audited_one(tmp_path: Path) -> No
     assert run.query_of(run.rows[0]) == "Which river?"
     inp.write_text(json.dumps({"id": "a", "context": "c", "query": "Which river?"}) + "\n")
     assert not any("differ" in n for n in load_run(d, input_path=inp).notes)
+
+
+def test_endpoint_batch_records_the_same(llama_server: Any, endpoint_profile: Any, tmp_path: Path) -> None:
+    """Over an endpoint (a real llama.cpp server): the same row fields and run record."""
+    from mnemoscope.audit.auditor import Auditor, run_audit_file
+    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+
+    inp = tmp_path / "in.jsonl"
+    recs = [
+        {"id": "e1", "context": "Paris is the capital of France.", "query": "What is the capital of France?"},
+        {"id": "e2", "context": "The town of Velmora lies on the river Odrin.", "query": "Where is Velmora?"},
+    ]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with EndpointClient(EndpointConfig(llama_server.base_url, concurrency=1, timeout=300)) as c:
+        aud = Auditor.from_endpoint(c, endpoint_profile, check_identity=False)
+        s = run_audit_file(
+            aud, inp, tmp_path / "out", progress=False, command=["mnemoscope", "x"], store_context=True
+        )
+    assert s["audited"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(r["query"], r["context"], r["context_sha256"]) for r in rows] == [
+        (r["query"], r["context"], context_digest(r["context"])) for r in recs
+    ]
+    meta = _meta(tmp_path / "out")
+    assert meta["settings"]["backend"] == "endpoint"
+    (run,) = meta["runs"]
+    assert run["command"] == "mnemoscope x" and run["appended"] == 2 and run["outcome"] == "finished"
+    assert run["profile"] == {"path": str(Path(aud.profile.path).resolve()), "hash": aud.profile.content_hash}

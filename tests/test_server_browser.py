@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from screenshots import record_screenshot, screenshot_dir
 from server_helpers import API_KEY, Server, serving, start_server, stop_server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,7 +40,6 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 60_000
 SOURCES = ("context", "memory", "mixed", "undetermined")
 SOURCE_RE = re.compile(r"^(context|memory|mixed|undetermined)$")
-DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 
 
 def _unavailable(reason: str) -> None:
@@ -126,12 +126,6 @@ def anon_page(browser: Any, anon_server: Server, js_errors: list[str]) -> Iterat
         yield pg
     finally:
         pg.context.close()
-
-
-def _screenshot_dir() -> Path:
-    d = Path(os.environ.get("MNEMOSCOPE_SCREENSHOT_DIR") or DOCS_IMG)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _use_key(page: Any, key: str) -> None:
@@ -446,6 +440,8 @@ def test_screenshots_of_the_default_model(browser: Any, tmp_path: Path, js_error
 
     from playwright.sync_api import expect
 
+    from mnemoscope.audit.profile import load_profile
+
     shipped = resources.files("mnemoscope.data.profiles") / "smollm2-135m-instruct"
     s = _anonymous("default", str(shipped), tmp_path)
     try:
@@ -469,17 +465,26 @@ def test_screenshots_of_the_default_model(browser: Any, tmp_path: Path, js_error
         expect(pg.locator("#r-meta")).to_contain_text(f"id {audits[-1]['id']}")
         _check_verdict_panel(pg, audits[-1])
         expect(pg.locator("#hist tr")).to_have_count(3)
-        out = _screenshot_dir() / "dashboard.png"
+        # the verdict shown is the shipped profile's: it combines exactly the profile's signals
+        prof = load_profile(Path(str(shipped)))
+        signals = list(prof.verdict.selected_)
+        expect(pg.locator("#v-evidence")).to_contain_text("combined: " + ", ".join(signals))
+        if "crm_probability" not in signals:
+            expect(pg.locator("#v-evidence")).not_to_contain_text("crm_probability")
+        out = screenshot_dir() / "dashboard.png"
         pg.screenshot(path=str(out), full_page=True)
         assert out.stat().st_size > 20_000
+        record_screenshot(out, prof)
         pg.goto("/profile")
         expect(pg.locator("#card section.panel").first).to_be_visible()
         p = _api(pg, "/v1/profile")
         assert p["card"]["validation"]["status"] == "measured"  # the shipped validation.json
         _check_profile_page(pg, p)
-        out = _screenshot_dir() / "profile.png"
+        assert p["hash"] == prof.content_hash
+        out = screenshot_dir() / "profile.png"
         pg.screenshot(path=str(out), full_page=True)
         assert out.stat().st_size > 10_000
+        record_screenshot(out, prof)
         pg.context.close()
         assert js_errors == [], js_errors
     finally:

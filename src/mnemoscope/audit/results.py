@@ -143,9 +143,9 @@ def row_fields(request: Any, *, store_context: bool = False) -> dict[str, Any]:
     """What a results row records of its request besides the verdict: ``query``,
     ``context_sha256`` (:func:`context_digest`) and, with ``store_context``, ``context`` itself.
 
-    The context is not stored by default: a retrieved passage is often most of a row's size
-    (thousands of tokens against an answer of tens) and may be private (a customer's document),
-    while the digest is enough to tell whether a context given later is the one audited.
+    The context is not stored by default: it can be far longer than the answer (up to the input
+    cap, 2,048 tokens in process, against T answer tokens) and may be private (a customer's
+    document), while the digest is enough to tell whether a context given later is the one audited.
     """
     out: dict[str, Any] = {"query": request.query, "context_sha256": context_digest(request.context)}
     if store_context:
@@ -216,16 +216,21 @@ class ResultsFolder:
         self._checked = False
         self._run_index: int | None = None
         self._appended = 0
+        self._done: set[str] | None = None
         if overwrite:
             for name in ("results.jsonl", "errors.jsonl", "meta.json", *extra_files):
                 (self.out / name).unlink(missing_ok=True)
         if identity is not None:
+            self._done = self.results.done_ids  # a corrupt line refuses the run before it is recorded
             self.check_identity(identity)
         self.results.cut_torn_tail()
 
     @property
     def done_ids(self) -> set[str]:
-        return self.results.done_ids
+        """The ids already in ``results.jsonl`` (read once; raises on a corrupt line, see :class:`ResultsFile`)."""
+        if self._done is None or self._appended:
+            self._done = self.results.done_ids
+        return set(self._done)
 
     def read_meta(self) -> dict[str, Any] | None:
         """``meta.json`` as written (``None`` when there is none).
@@ -273,7 +278,7 @@ class ResultsFolder:
             prior = old.get("runs")
             runs = [r for r in prior if isinstance(r, dict)] if isinstance(prior, list) else []
         record = run_record(self.command, **facts)
-        record["done_before"] = len(self.results.done_ids)
+        record["done_before"] = len(self.done_ids)
         self._run_index = len(runs)
         self._write_meta({**meta, "runs": [*runs, record]})
         self._checked = True

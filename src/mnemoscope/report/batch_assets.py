@@ -54,6 +54,7 @@ table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
 .tok-query{border-bottom:2px dotted var(--und)}
 .answer span[title]{cursor:help}
 .qtext{unicode-bidi:plaintext;overflow-wrap:anywhere;white-space:pre-wrap}
+.ctx{overflow-wrap:anywhere}
 dl.ev{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;margin:6px 0}
 dl.ev dt{color:#57534e}dl.ev dd{margin:0;font-variant-numeric:tabular-nums}
 footer{padding:10px 22px;font-size:12px}
@@ -181,8 +182,9 @@ JS = r"""
         c.setAttribute("dir", "auto");
         f.appendChild(c);
       } else if (d[8]) {
-        var cs = el("p", "muted ctx", "context not stored (" + d[8] + ")");
+        var cs = el("p", "muted ctx", "context not stored; " + d[8].slice(0, 23) + "\u2026");
         cs.id = "ctx-digest";
+        cs.setAttribute("title", d[8]);
         f.appendChild(cs);
       }
       f.appendChild(el("h3", null, "Answer"));
