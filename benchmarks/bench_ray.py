@@ -111,7 +111,7 @@ def main() -> None:
 
     from mnemoscope.audit.auditor import Auditor, run_audit_file
     from mnemoscope.bench.reliance import load_reliance
-    from mnemoscope.pipelines.ray_engine import RayOptions, ray_audit_file
+    from mnemoscope.pipelines.ray import RayOptions, ray_audit_file
     from mnemoscope.provenance import provenance
 
     rel = load_reliance()

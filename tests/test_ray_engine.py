@@ -48,7 +48,7 @@ def ray_cluster() -> Iterator[Any]:
 
 
 def _options(**kw: Any) -> Any:
-    from mnemoscope.pipelines.ray_engine import RayOptions
+    from mnemoscope.pipelines.ray import RayOptions
 
     return RayOptions(progress=False, **kw)
 
@@ -117,7 +117,7 @@ def test_audit_equals_local_engine_resumes_and_refuses_another_run(
     from mnemoscope.audit.auditor import Auditor, run_audit_file
     from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.ray_engine import ray_audit_file
+    from mnemoscope.pipelines.ray import ray_audit_file
 
     model_dir, profile = tiny_service
     inp = _audit_input(tmp_path / "in.jsonl")
@@ -173,7 +173,7 @@ def test_audit_parquet_input(ray_cluster: Any, tiny_service: tuple[Path, Path], 
     from mnemoscope.audit.auditor import Auditor, run_audit_file
     from mnemoscope.audit.profile import load_profile
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.ray_engine import ray_audit_file
+    from mnemoscope.pipelines.ray import ray_audit_file
 
     model_dir, profile = tiny_service
     rows = [
@@ -201,7 +201,7 @@ def test_trace_folder_equals_local_engine(
     from mnemoscope.data import read_records
     from mnemoscope.errors import TraceStoreError
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.ray_engine import ray_run_pairs
+    from mnemoscope.pipelines.ray import ray_run_pairs
     from mnemoscope.trace import PairConfig, PromptBuilder
     from mnemoscope.trace.pipeline import run_pairs
     from mnemoscope.trace.store import load_traces
@@ -252,7 +252,7 @@ def test_repcs_score_equals_local_engine(
     ray_cluster: Any, tiny_service: tuple[Path, Path], tmp_path: Path
 ) -> None:
     from mnemoscope.models import load_model
-    from mnemoscope.pipelines.ray_engine import ray_score_file
+    from mnemoscope.pipelines.ray import ray_score_file
     from mnemoscope.pipelines.repcs import score_file
 
     model_dir, profile = tiny_service
@@ -279,7 +279,7 @@ def test_bench_run_leaderboard_equals_local_engine(
 ) -> None:
     from mnemoscope.bench.datasets import Document
     from mnemoscope.pipelines.leaderboard import LeaderboardConfig, run_leaderboard
-    from mnemoscope.pipelines.ray_engine import ModelLoader, RayLeaderboardEngine
+    from mnemoscope.pipelines.ray import ModelLoader, RayLeaderboardEngine
 
     model_dir, _ = tiny_service
     docs = [
@@ -302,7 +302,7 @@ def test_bench_run_leaderboard_equals_local_engine(
 def test_unreachable_address_fails_fast(ray_cluster: Any, tmp_path: Path) -> None:
     import socket
 
-    from mnemoscope.pipelines.ray_engine import RayUnavailableError, connect
+    from mnemoscope.pipelines.ray import RayUnavailableError, connect
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -350,7 +350,7 @@ def test_default_model_kill_a_worker_mid_run_every_record_once(
     batch; every record ends up in results.jsonl exactly once, equal to the local engine's."""
     from mnemoscope.audit.auditor import Auditor, run_audit_file
     from mnemoscope.audit.profile import default_profile_path, load_profile
-    from mnemoscope.pipelines.ray_engine import ray_audit_file
+    from mnemoscope.pipelines.ray import ray_audit_file
 
     n = 6
     inp = tmp_path / "in.jsonl"

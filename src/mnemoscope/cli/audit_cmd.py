@@ -186,20 +186,16 @@ def _report(args: argparse.Namespace, rc: int) -> int:
 
 
 def _run_ray(args: argparse.Namespace) -> int:
-    from mnemoscope.cli.options import ray_options_from_args
-    from mnemoscope.pipelines.ray_engine import ray_audit_file
+    from mnemoscope.cli.options import ray_model_from_args, ray_options_from_args
+    from mnemoscope.pipelines.ray import ray_audit_file
 
     summary = ray_audit_file(
         args.input,
         args.out,
-        model=args.model,
-        adapter=args.adapter,
-        device=args.device,
-        dtype=args.dtype,
-        cache_dir=args.cache_dir,
+        model=ray_model_from_args(args),
         profile=args.profile,
         rule=args.rule,
-        options=ray_options_from_args(args, args.batch_size),
+        options=ray_options_from_args(args),
         overwrite=args.overwrite,
     )
     eng = summary["engine"]

@@ -243,9 +243,9 @@ def _engine(args: argparse.Namespace) -> Any:
     if args.engine != "ray":
         return None
     from mnemoscope.cli.options import ray_options_from_args
-    from mnemoscope.pipelines.ray_engine import RayLeaderboardEngine
+    from mnemoscope.pipelines.ray import RayLeaderboardEngine
 
-    return RayLeaderboardEngine(ray_options_from_args(args, args.batch_size))
+    return RayLeaderboardEngine(ray_options_from_args(args))
 
 
 def _run(args: argparse.Namespace) -> int:

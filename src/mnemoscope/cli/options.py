@@ -23,6 +23,7 @@ __all__ = [
     "chat_for",
     "configure_logging",
     "load_from_args",
+    "ray_model_from_args",
     "ray_options_from_args",
     "resolve_threads",
     "stops_from_args",
@@ -178,7 +179,9 @@ def stops_from_args(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """``--engine local|ray`` and the Ray flags of the batch commands (docs/ray.md)."""
+    """``--engine local|ray`` and the Ray flags: the one engine group of every batch command
+    (docs/ray.md). Read them back with :func:`ray_options_from_args` and
+    :func:`ray_model_from_args`; no command spells them itself."""
     g = p.add_argument_group("engine (a batch on a Ray cluster: pip install 'mnemoscope[ray]')")
     g.add_argument(
         "--engine",
@@ -199,16 +202,28 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per actor (default: 0)")
 
 
-def ray_options_from_args(args: argparse.Namespace, batch_size: int):  # type: ignore[no-untyped-def]
-    from mnemoscope.pipelines.ray_engine import RayOptions
+def ray_options_from_args(args: argparse.Namespace, batch_size: int | None = None) -> Any:
+    """The :class:`~mnemoscope.pipelines.ray.RayOptions` of :func:`add_engine_args`' flags;
+    ``batch_size`` defaults to the command's ``--batch-size``, progress bars follow ``--quiet``."""
+    from mnemoscope.pipelines.ray import RayOptions
 
     return RayOptions(
         address=args.ray_address,
         workers=args.workers,
         cpus_per_worker=args.cpus_per_worker,
         gpus_per_worker=args.gpus_per_worker,
-        batch_size=batch_size,
+        batch_size=batch_size if batch_size is not None else args.batch_size,
         progress=not args.quiet,
+    )
+
+
+def ray_model_from_args(args: argparse.Namespace) -> Any:
+    """The model flags (:func:`add_model_args`) as the picklable loader each Ray actor calls
+    (:class:`~mnemoscope.pipelines.ray.ModelLoader`): the model the local engine would load."""
+    from mnemoscope.pipelines.ray import ModelLoader
+
+    return ModelLoader(
+        spec=args.model, adapter=args.adapter, device=args.device, dtype=args.dtype, cache_dir=args.cache_dir
     )
 
 

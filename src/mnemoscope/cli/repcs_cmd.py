@@ -214,9 +214,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
-    from mnemoscope.cli.options import ray_options_from_args
+    from mnemoscope.cli.options import ray_model_from_args, ray_options_from_args
     from mnemoscope.errors import InputError
-    from mnemoscope.pipelines.ray_engine import ray_score_file
+    from mnemoscope.pipelines.ray import ray_score_file
 
     if args.force:
         raise InputError("--force is not supported with --engine ray (each actor checks the model)")
@@ -224,13 +224,9 @@ def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
         args.calibration,
         args.input,
         args.out,
-        model=args.model,
-        adapter=args.adapter,
-        device=args.device,
-        dtype=args.dtype,
-        cache_dir=args.cache_dir,
+        model=ray_model_from_args(args),
         on_error=args.on_error,
-        options=ray_options_from_args(args, args.batch_size),
+        options=ray_options_from_args(args),
     )
 
 

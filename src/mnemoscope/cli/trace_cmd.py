@@ -147,22 +147,18 @@ def _run_batch(args: argparse.Namespace) -> int:
 def _ray_pairs(args: argparse.Namespace, records: Any, errors: Any) -> Any:
     import functools
 
-    from mnemoscope.cli.options import ray_options_from_args
-    from mnemoscope.pipelines.ray_engine import ray_run_pairs
+    from mnemoscope.cli.options import ray_model_from_args, ray_options_from_args
+    from mnemoscope.pipelines.ray import ray_run_pairs
 
     return ray_run_pairs(
         records,
         args.out,
         config=functools.partial(_config, args),  # decided by each actor once its model is loaded
-        model=args.model,
-        adapter=args.adapter,
-        device=args.device,
-        dtype=args.dtype,
-        cache_dir=args.cache_dir,
+        model=ray_model_from_args(args),
         input_errors=errors,
         on_error=args.on_error,
         overwrite=args.overwrite,
-        options=ray_options_from_args(args, args.batch_size),
+        options=ray_options_from_args(args),
     )
 
 

@@ -231,7 +231,7 @@ def run_leaderboard(
         reference: loader of the reference model for ``ref`` (typically the base model).
         provenance: extra facts recorded in ``run.json`` (model specs, adapters, data source).
         engine: where the forward passes run (``None``: here); e.g.
-            :class:`mnemoscope.pipelines.ray_engine.RayLeaderboardEngine`, whose actors call
+            :class:`mnemoscope.pipelines.ray.RayLeaderboardEngine`, whose actors call
             ``loader(None)`` themselves and run the same batches.
         notify: called once with messages a user must see before the run goes on (documents
             that will be truncated); default: a logged warning.
