@@ -390,3 +390,196 @@ def test_default_model_kill_a_worker_mid_run_every_record_once(
     with _local_single_thread():
         run_audit_file(auditor, inp, tmp_path / "local", progress=False)
     assert _by_id(tmp_path / "local/results.jsonl") == ray_rows
+
+
+# -- tracing for calibration (RayTraceEngine) --------------------------------------------------------
+
+
+def _calibration_records(n: int) -> list[Any]:
+    """The first ``n`` shipped calibration records (what ``calibrate`` traces by default)."""
+    from mnemoscope.bench.calibration_data import default_path
+    from mnemoscope.data import read_records
+
+    records, errors = read_records(default_path())
+    assert not errors
+    return list(records[:n])
+
+
+def _calibration_pair_config(max_new_tokens: int = 4) -> Any:
+    """The pair settings calibration traces with today on a model without a chat template
+    (audit/calibrate.py: CRMExtractConfig(hidden=False).pair_config() plus the layout's stops):
+    prompt A, plain task, the closed-book answer, no hidden states."""
+    from mnemoscope.trace import PairConfig, PromptBuilder
+    from mnemoscope.trace.templates import default_stops
+
+    builder = PromptBuilder(template="A", task="plain", chat=False, stop=default_stops(False))
+    return PairConfig(builder=builder, max_new_tokens=max_new_tokens, answer_without=True, hidden=False)
+
+
+def _index_ids(folder: Path) -> list[str]:
+    return [str(json.loads(x)["id"]) for x in (folder / "index.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _assert_same_traces(a_dir: Path, b_dir: Path, exact: bool) -> None:
+    """Same ids, answers (both paths) and token ids; log-probs, KL and top-k within float tolerance
+    (``exact``: bit for bit)."""
+    from mnemoscope.trace.store import load_traces
+
+    a = {t.id: t for t in load_traces(a_dir)}
+    b = {t.id: t for t in load_traces(b_dir)}
+    assert a.keys() == b.keys() and a
+    for k in a:
+        assert (a[k].answer_with, a[k].answer_without) == (b[k].answer_with, b[k].answer_without), k
+        assert np.array_equal(a[k].answer_ids, b[k].answer_ids), k
+        assert a[k].h_with is None and b[k].h_with is None  # a calibration without CRM traces no states
+        for name in ("logprob_answer_with", "logprob_answer_without", "kl_steps", "topk_logprobs_with"):
+            x, y = getattr(a[k], name), getattr(b[k], name)
+            ok = np.array_equal(x, y) if exact else np.allclose(x, y, rtol=0, atol=1e-5)
+            assert ok, (k, name, np.max(np.abs(x - y)))
+
+
+def test_trace_engine_equals_in_process_calibration_tracing_and_resumes(
+    ray_cluster: Any, tiny_service: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from mnemoscope.errors import ModelMismatchError
+    from mnemoscope.models import load_model
+    from mnemoscope.pipelines.ray import ModelLoader, RayTraceEngine
+    from mnemoscope.trace.pipeline import run_pairs
+
+    model_dir, _ = tiny_service
+    records = _calibration_records(7)
+    config = _calibration_pair_config()
+    lm = load_model(str(model_dir))
+    with _local_single_thread():
+        local = run_pairs(lm, records, tmp_path / "local", config=config, batch_size=2, decode="lockstep",
+                          progress=False)  # fmt: skip
+    assert local.n_traced == 7
+
+    engine = RayTraceEngine.for_model(lm, _options(workers=2))
+    # a first run stops after 3 records; the second traces the 4 others only
+    first = engine.trace(records[:3], tmp_path / "ray", config, batch_size=2, progress=False)
+    assert (first.n_traced, first.n_already_done) == (3, 0)
+    second = engine.trace(records, tmp_path / "ray", config, batch_size=2, progress=False)
+    assert (second.n_traced, second.n_already_done, second.n_errors) == (4, 3, 0)
+    ids = _index_ids(tmp_path / "ray")
+    assert sorted(ids) == sorted(r.id for r in records) and len(ids) == len(set(ids))
+    meta = lambda p: {k: v for k, v in json.loads(p.read_text()).items() if k != "created"}  # noqa: E731
+    assert meta(tmp_path / "local/meta.json") == meta(tmp_path / "ray/meta.json")
+    # other batches than in process (3 + 4 records, cut by 2): padding differs, so within tolerance
+    _assert_same_traces(tmp_path / "local", tmp_path / "ray", exact=False)
+
+    # a fresh folder in one run: the very batches of run_pairs, so the very bits
+    engine.trace(records, tmp_path / "fresh", config, batch_size=2, progress=False)
+    _assert_same_traces(tmp_path / "local", tmp_path / "fresh", exact=True)
+
+    # nothing left: no actor traces anything (a probe checks the folder's identity)
+    again = engine.trace(records, tmp_path / "ray", config, batch_size=2, progress=False)
+    assert (again.n_traced, again.n_already_done) == (0, 7) and _index_ids(tmp_path / "ray") == ids
+
+    # actors that load other weights than the driver's model are refused before anything is written
+    wrong = RayTraceEngine(_options(), model=ModelLoader(str(model_dir)), fingerprint="0" * 64)
+    with pytest.raises(ModelMismatchError, match="not the driver's model"):
+        wrong.trace(records, tmp_path / "wrong", config, batch_size=2, progress=False)
+    assert not (tmp_path / "wrong" / "index.jsonl").exists()
+
+
+class _SlowLoader:
+    """Loads the tiny model, then makes each forward pass sleep, so that a batch takes long enough
+    for a worker to be killed while it runs it. Shipped to the actors by value (cloudpickle)."""
+
+    def __init__(self, spec: str, seconds: float):
+        self.spec, self.seconds = spec, seconds
+
+    def __call__(self, _: Any = None) -> Any:
+        import functools
+
+        from mnemoscope.models import load_model
+
+        lm = load_model(self.spec)
+        forward = lm.model.forward
+
+        @functools.wraps(forward)
+        def slow(*a: Any, **kw: Any) -> Any:
+            time.sleep(self.seconds)
+            return forward(*a, **kw)
+
+        lm.model.forward = slow
+        return lm
+
+
+def _worker_pids(name: str) -> list[int]:
+    """Processes whose title Ray set to an actor of ``name`` (``ray::MapWorker(MapBatches(NAME))...``)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        if cmd.startswith(f"ray::MapWorker(MapBatches({name}))"):
+            pids.append(int(d.name))
+    return pids
+
+
+@pytest.mark.parametrize(
+    "retries",
+    [
+        pytest.param({"max_retries": 3}, id="ray-retries-the-batch"),
+        pytest.param({"max_retries": 0, "resubmits": 2}, id="driver-resubmits"),
+    ],
+)
+def test_trace_engine_worker_killed_mid_run_every_record_once(
+    ray_cluster: Any, tiny_service: tuple[Path, Path], tmp_path: Path, retries: dict[str, int]
+) -> None:
+    """SIGKILL one of two actors while it traces, after the first batch is written: Ray retries its
+    batch (or, with no Ray retries, the driver submits what is missing again); every record is in
+    the folder exactly once, equal to the in-process traces, and a resumed run traces nothing."""
+    import ray.cloudpickle
+
+    from mnemoscope.models import load_model
+    from mnemoscope.pipelines.ray import RayTraceEngine
+    from mnemoscope.trace.pipeline import run_pairs
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import tests/
+    model_dir, _ = tiny_service
+    records = _calibration_records(10)
+    config = _calibration_pair_config()
+    out = tmp_path / "ray"
+    killed: list[tuple[int, int]] = []
+
+    def killer() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            index = out / "index.jsonl"
+            done = len(_index_ids(out)) if index.exists() else 0
+            pids = _worker_pids("TraceWorker")
+            if done >= 1 and pids:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append((pids[0], done))
+            time.sleep(0.05)
+
+    engine = RayTraceEngine(_options(workers=2, **retries), model=_SlowLoader(str(model_dir), 0.25))
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    summary = engine.trace(records, out, config, batch_size=1, progress=False)
+    t.join(5)
+    assert killed, "no actor was killed"
+    assert killed[0][1] < len(records), "the kill came after the run had finished"
+    ids = _index_ids(out)
+    assert sorted(ids) == sorted(r.id for r in records) and len(ids) == len(set(ids)), ids
+    assert summary.n_traced == len(records) and not summary.errors
+    run = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+    if retries["max_retries"] == 0:
+        assert run["resubmitted_rounds"] >= 1, run
+
+    again = engine.trace(records, out, config, batch_size=1, progress=False)
+    assert (again.n_traced, again.n_already_done) == (0, len(records)) and _index_ids(out) == ids
+
+    lm = load_model(str(model_dir))
+    with _local_single_thread():
+        run_pairs(
+            lm, records, tmp_path / "local", config=config, batch_size=1, decode="lockstep", progress=False
+        )
+    _assert_same_traces(tmp_path / "local", out, exact=True)
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
