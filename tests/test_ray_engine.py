@@ -522,6 +522,19 @@ def _worker_pids(name: str) -> list[int]:
     return pids
 
 
+@pytest.fixture
+def by_value(ray_cluster: Any) -> Iterator[None]:
+    """This module's classes (``_SlowLoader``) shipped to the actors by value: they cannot import tests/."""
+    import ray.cloudpickle as cloudpickle
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 @pytest.mark.parametrize(
     "retries",
     [
@@ -530,18 +543,15 @@ def _worker_pids(name: str) -> list[int]:
     ],
 )
 def test_trace_engine_worker_killed_mid_run_every_record_once(
-    ray_cluster: Any, tiny_service: tuple[Path, Path], tmp_path: Path, retries: dict[str, int]
+    ray_cluster: Any, by_value: None, tiny_service: tuple[Path, Path], tmp_path: Path, retries: dict[str, int]
 ) -> None:
     """SIGKILL one of two actors while it traces, after the first batch is written: Ray retries its
     batch (or, with no Ray retries, the driver submits what is missing again); every record is in
     the folder exactly once, equal to the in-process traces, and a resumed run traces nothing."""
-    import ray.cloudpickle
-
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.ray import RayTraceEngine
     from mnemoscope.trace.pipeline import run_pairs
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import tests/
     model_dir, _ = tiny_service
     records = _calibration_records(10)
     config = _calibration_pair_config()
@@ -570,8 +580,8 @@ def test_trace_engine_worker_killed_mid_run_every_record_once(
     assert sorted(ids) == sorted(r.id for r in records) and len(ids) == len(set(ids)), ids
     assert summary.n_traced == len(records) and not summary.errors
     run = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
-    if retries["max_retries"] == 0:
-        assert run["resubmitted_rounds"] >= 1, run
+    # Ray's own retries cover one lost actor; without them the driver's re-submission does
+    assert (run["resubmitted_rounds"] >= 1) == (retries["max_retries"] == 0), run
 
     again = engine.trace(records, out, config, batch_size=1, progress=False)
     assert (again.n_traced, again.n_already_done) == (0, len(records)) and _index_ids(out) == ids
@@ -582,4 +592,3 @@ def test_trace_engine_worker_killed_mid_run_every_record_once(
             lm, records, tmp_path / "local", config=config, batch_size=1, decode="lockstep", progress=False
         )
     _assert_same_traces(tmp_path / "local", out, exact=True)
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

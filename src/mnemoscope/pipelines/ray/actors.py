@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,9 @@ def _load_lm(model: dict[str, Any]) -> Any:
     )
 
 
-def _out(chunk: int, ids: list[str], payload: bytes, errors: list[dict[str, Any]], identity: str) -> Any:
+def _out(
+    chunk: int, ids: list[str], payload: bytes, errors: list[dict[str, Any]], identity: str, started: float
+) -> Any:
     return {
         "chunk": chunk,
         "ids": json.dumps(ids),
@@ -54,14 +57,16 @@ def _out(chunk: int, ids: list[str], payload: bytes, errors: list[dict[str, Any]
         "errors": json.dumps(errors, ensure_ascii=False, default=str),
         "identity": identity,
         "pid": os.getpid(),
+        "seconds": time.perf_counter() - started,  # this batch's own work, what a worker's rate is made of
     }
 
 
 def _rows_out(rows: list[dict[str, Any]]) -> dict[str, Any]:
     import numpy as np
 
-    cols = ("chunk", "ids", "payload", "errors", "identity", "pid")
+    cols = ("chunk", "ids", "payload", "errors", "identity", "pid", "seconds")
     out: dict[str, Any] = {c: [r[c] for r in rows] for c in cols}
+    out["seconds"] = np.asarray(out["seconds"], dtype=np.float64)
     out["chunk"] = np.asarray(out["chunk"], dtype=np.int64)
     out["pid"] = np.asarray(out["pid"], dtype=np.int64)
     out["payload"] = np.asarray(out["payload"], dtype=object)
@@ -86,11 +91,12 @@ class AuditWorker:
 
         rows = []
         for chunk, records in zip(batch["chunk"], batch["records"], strict=True):
+            started = time.perf_counter()
             items = [(int(line), AuditRequest(**req)) for line, req in json.loads(records)]
             lines, errors = audit_batch(self.auditor, items)
             ids = [str(json.loads(x)["id"]) for x in lines]
             payload = "".join(x + "\n" for x in lines).encode("utf-8")
-            rows.append(_out(int(chunk), ids, payload, errors, self.identity))
+            rows.append(_out(int(chunk), ids, payload, errors, self.identity, started))
         return _rows_out(rows)
 
 
@@ -126,6 +132,7 @@ class TraceWorker:
 
         rows = []
         for chunk, records in zip(batch["chunk"], batch["records"], strict=True):
+            started = time.perf_counter()
             prepared, errors = [], []
             for r in pickle.loads(records):
                 try:
@@ -140,7 +147,7 @@ class TraceWorker:
             errors.extend(failed)
             # pickle: between this job's own processes only (never user input)
             payload = pickle.dumps(traces, protocol=pickle.HIGHEST_PROTOCOL)
-            rows.append(_out(int(chunk), [t.id for t in traces], payload, errors, self.identity))
+            rows.append(_out(int(chunk), [t.id for t in traces], payload, errors, self.identity, started))
         return _rows_out(rows)
 
 
@@ -165,10 +172,11 @@ class ScoreWorker:
 
         rows = []
         for chunk, records in zip(batch["chunk"], batch["records"], strict=True):
+            started = time.perf_counter()
             lines, errors = score_batch(self.tracer, self.det, pickle.loads(records), self.config)
             ids = [str(json.loads(x)["id"]) for x in lines]
             payload = "".join(x + "\n" for x in lines).encode("utf-8")
-            rows.append(_out(int(chunk), ids, payload, errors, self.identity))
+            rows.append(_out(int(chunk), ids, payload, errors, self.identity, started))
         return _rows_out(rows)
 
 
@@ -188,8 +196,9 @@ class TokenStatsWorker:
 
         rows = []
         for chunk, texts in zip(batch["chunk"], batch["records"], strict=True):
+            started = time.perf_counter()
             stats = token_stats_batch(self.tracer, json.loads(texts))
-            rows.append(_out(int(chunk), [], pickle.dumps(stats), [], self.identity))
+            rows.append(_out(int(chunk), [], pickle.dumps(stats), [], self.identity, started))
         return _rows_out(rows)
 
 

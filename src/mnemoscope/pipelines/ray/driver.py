@@ -52,8 +52,28 @@ class RunStats:
     started: float = dataclasses.field(default_factory=time.perf_counter)
     first_batch_seconds: float | None = None  # actor start-up + model load + one batch
     first_batch_records: int = 0
-    per_pid: dict[int, int] = dataclasses.field(default_factory=dict)
+    per_pid: dict[int, int] = dataclasses.field(default_factory=dict)  # batches per actor pid
+    per_pid_records: dict[int, int] = dataclasses.field(default_factory=dict)
+    per_pid_seconds: dict[int, float] = dataclasses.field(default_factory=dict)  # actors' own batch time
+    driver_seconds: float = 0.0  # time in the caller's writer (the driver's share of each batch)
     n_ok: int = 0
+
+    def per_worker(self) -> dict[str, dict[str, Any]]:
+        """Per actor pid: batches, records (traced or failed), seconds of its own batch work and
+        records per such second (the worker's rate, without start-up or waiting)."""
+        return {
+            str(pid): {
+                "batches": n,
+                "records": self.per_pid_records.get(pid, 0),
+                "busy_seconds": round(self.per_pid_seconds.get(pid, 0.0), 3),
+                "records_per_second": (
+                    round(self.per_pid_records.get(pid, 0) / self.per_pid_seconds[pid], 4)
+                    if self.per_pid_seconds.get(pid)
+                    else None
+                ),
+            }
+            for pid, n in sorted(self.per_pid.items())
+        }
 
 
 def is_worker_loss(ray: Any, exc: BaseException) -> bool:
@@ -174,13 +194,18 @@ def _hand_over(
     if chunk in run.written_chunks:
         run.duplicates += 1
         return False
+    t0 = time.perf_counter()
     on_batch(row)
+    run.driver_seconds += time.perf_counter() - t0
     if run.first_batch_seconds is None:
         run.first_batch_seconds = round(time.perf_counter() - run.started, 3)
         run.first_batch_records = len(chunks[chunk]) if isinstance(chunks[chunk], list) else 0
     run.written_chunks.add(chunk)
     pid = int(row["pid"])
     run.per_pid[pid] = run.per_pid.get(pid, 0) + 1
+    n = len(json.loads(row["ids"])) + len(json.loads(row["errors"]))
+    run.per_pid_records[pid] = run.per_pid_records.get(pid, 0) + n
+    run.per_pid_seconds[pid] = run.per_pid_seconds.get(pid, 0.0) + float(row["seconds"])
     return True
 
 
@@ -223,6 +248,8 @@ def engine_record(options: RayOptions, ray: Any, run: RunStats, seconds: float) 
         "threads_per_worker": options.threads,
         "batch_size": options.batch_size,
         "batches_per_worker_pid": {str(k): v for k, v in sorted(run.per_pid.items())},
+        "per_worker": run.per_worker(),
+        "driver_seconds": round(run.driver_seconds, 3),
         "duplicate_batches_dropped": run.duplicates,
         "resubmitted_rounds": run.resubmitted,
         "first_batch_seconds": run.first_batch_seconds,
