@@ -67,6 +67,7 @@ REGENERATE = [
     ),
     ("mixed/", "bash benchmarks/reliance_pipeline.sh (mnemoscope bench verify --suite mixed)"),
     ("radar/", "python benchmarks/bench_radar.py"),
+    ("ray/calibrate_scaling", "nice -n 10 python benchmarks/bench_ray_calibrate.py --n 32 --batch-size 4"),
     ("ray/", "python benchmarks/bench_ray.py"),
     ("reliance/", "mnemoscope bench run --suite reliance --out benchmarks/results/reliance"),
     (
