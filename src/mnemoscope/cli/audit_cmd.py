@@ -197,6 +197,7 @@ def _run_ray(args: argparse.Namespace) -> int:
         rule=args.rule,
         options=ray_options_from_args(args),
         overwrite=args.overwrite,
+        command=getattr(args, "argv", None),
     )
     eng = summary["engine"]
     print(

@@ -70,10 +70,12 @@ def ray_audit_file(
     overwrite: bool = False,
     parquet: bool = True,
     early_stop: int = 8,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """:func:`~mnemoscope.audit.auditor.run_audit_file` on a Ray cluster (same folder, same lines).
 
     ``input_path`` is JSONL or Parquet (``.parquet``: one row per record, same fields).
+    ``command``: this run's command line for the folder's run record (default: ``sys.argv``).
     Returns the local engine's summary plus ``engine`` (the Ray settings and who did what).
     """
     from mnemoscope.audit.auditor import input_error_row, note_outcomes
@@ -84,7 +86,7 @@ def ray_audit_file(
     ray = connect(options)
     t0 = time.perf_counter()
     out = Path(out_dir)
-    folder = ResultsFolder(out, None, overwrite=overwrite, extra_files=("results.parquet",))
+    folder = ResultsFolder(out, None, overwrite=overwrite, extra_files=("results.parquet",), command=command)
     results_path = folder.results.path
     done = folder.done_ids
     n_done_before = len(done)
@@ -127,12 +129,17 @@ def ray_audit_file(
     run = RunStats()
     if not todo and (out / "meta.json").is_file():
         check(probe(ray, AuditWorker, kwargs, options.cpus_per_worker, options.gpus_per_worker))
+    outcome = "interrupted"
     try:
         stream(
             ray, AuditWorker, kwargs, chunked(todo, options.batch_size), options, on_batch, "audit (ray)", run
         )
+        outcome = "finished"
+    except Exception as e:
+        outcome = f"stopped: {type(e).__name__}: {e}"
+        raise
     finally:
-        folder.write_errors(errors)
+        folder.end_run(errors, outcome=outcome)
     if parquet:
         write_results_parquet(results_path, out / "results.parquet")
     engine = engine_record(options, ray, run, time.perf_counter() - t0)
