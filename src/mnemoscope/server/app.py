@@ -93,6 +93,7 @@ async def _lifespan(state: ServerState) -> AsyncIterator[None]:
             settings.db, checkpoint_every=settings.checkpoint_every, signing_key=settings.log_key
         )
     engine, store = state.engine, state.store
+    await asyncio.to_thread(metrics.drift.watch, engine.profile)  # the live answers vs the calibration's
 
     def process(jobs: list[Job], enqueued: list[float]) -> list[Any]:
         return process_batch(engine, store, metrics, jobs, enqueued, store_inputs=settings.store_inputs)

@@ -4,13 +4,22 @@ Verdicts are counted as the audit decided them: ``mnemoscope_verdicts_total`` by
 (context | memory | mixed | undetermined) and ``memory_flag`` (the rule's flag, the one the
 profile's guarantee is about). CRM's LTS anomaly rule is not counted (it is secondary, see
 ``crm`` in each audit).
+
+:class:`DriftWatch` holds the service's drift monitor (:mod:`mnemoscope.stats.drift`: the live
+answers against the profile's calibration answers, in non-overlapping windows) or the reason
+drift is not watched, and exports it as ``mnemoscope_drift_*`` series (docs/server.md#drift);
+``serve`` and the proxy (``/mnemoscope/metrics``) each keep one.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["SOURCES", "ServerMetrics"]
+from mnemoscope.stats.drift import DEFAULT_ALPHA, DEFAULT_WINDOW, DriftMonitor
+
+__all__ = ["SOURCES", "DriftWatch", "ServerMetrics"]
 
 SOURCES = ("context", "memory", "mixed", "undetermined")
 
@@ -42,6 +51,8 @@ class ServerMetrics:
         self.http = Counter(
             "mnemoscope_http_requests_total", "HTTP requests", ["method", "route", "status"], registry=r
         )
+        self.drift = DriftWatch()
+        r.register(self.drift)
         for src in SOURCES:  # every series exists from the start (rate() needs a first sample)
             for flag in ("true", "false"):
                 self.verdicts.labels(src, flag)
@@ -53,8 +64,122 @@ class ServerMetrics:
         self.verdicts.labels(src, "true" if record.get("memory_flag") else "false").inc()
         if record.get("latency_ms") is not None:
             self.latency.observe(float(record["latency_ms"]) / 1000.0)
+        self.drift.record(record)
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest
 
         return bytes(generate_latest(self.registry))
+
+
+class DriftWatch:
+    """The drift monitor of one service, or why there is none (a Prometheus collector too).
+
+    Until :meth:`watch` is called (the profile is loaded) or when the profile holds no reference
+    sample, ``reason`` says why drift is not watched and every surface shows it; no p-value is
+    ever exported for a window that is not complete.
+    """
+
+    def __init__(self) -> None:
+        self.monitor: DriftMonitor | None = None
+        self.reason = "no profile loaded yet: drift not watched"
+        self._lock = threading.Lock()
+
+    def watch(self, profile: Any, *, window: int = DEFAULT_WINDOW, alpha: float = DEFAULT_ALPHA) -> None:
+        """Start watching against ``profile``'s reference sample, or record why not."""
+        from mnemoscope.errors import InputError
+        from mnemoscope.server.profile_view import drift_reference
+
+        try:
+            ref = drift_reference(profile)
+        except InputError as e:
+            with self._lock:
+                self.monitor, self.reason = None, str(e)
+            return
+        with self._lock:
+            self.monitor, self.reason = DriftMonitor(ref, window=window, alpha=alpha), ""
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Feed one stored audit record (ignored when drift is not watched)."""
+        mon = self.monitor
+        if mon is not None:
+            mon.observe_record(record)
+
+    def status(self) -> dict[str, Any]:
+        """The monitor's :meth:`~mnemoscope.stats.drift.DriftMonitor.status`, or
+        ``{"watched": False, "state": "not watched", "reason": ...}``."""
+        mon = self.monitor
+        if mon is None:
+            return {"watched": False, "state": "not watched", "reason": self.reason}
+        return mon.status()
+
+    def describe(self) -> list[Any]:
+        return []  # unchecked collector: its series vary with the state
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        st = self.status()
+        watched = GaugeMetricFamily(
+            "mnemoscope_drift_watched",
+            "1 when the live answers are compared with the profile's reference sample (0: see reason)",
+            labels=["reason"],
+        )
+        watched.add_metric([st.get("reason", "")], 1.0 if st["watched"] else 0.0)
+        yield watched
+        state = GaugeMetricFamily(
+            "mnemoscope_drift_state", "the drift watch's state (1 for the current one)", labels=["state"]
+        )
+        for s in ("not watched", "not enough answers yet", "no drift", "drift"):
+            state.add_metric([s], 1.0 if st["state"] == s else 0.0)
+        yield state
+        if not st["watched"]:
+            return
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_window_size", "answers per tested window", value=st["window"]
+        )
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_alpha", "false-alarm probability of one window", value=st["alpha"]
+        )
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_window_answers", "answers in the window being filled", value=st["current"]["n"]
+        )
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_reference_answers",
+            "answers in the reference sample",
+            value=st["reference"]["n"],
+        )
+        yield CounterMetricFamily("mnemoscope_drift_windows", "windows tested", value=st["n_windows"])
+        yield CounterMetricFamily("mnemoscope_drift_alarms", "windows that drifted", value=st["n_alarms"])
+        last = st["last"]
+        if last is None:
+            return  # not enough answers yet: no p-value
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_alarm",
+            "1 when the last tested window drifted",
+            value=1.0 if last["drifted"] else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_window_last_answer", "index of the last answer of the last tested window",
+            value=last["answers"][1],
+        )  # fmt: skip
+        if last["p_bonferroni"] is not None:  # None: no test of the window had enough values
+            yield GaugeMetricFamily(
+                "mnemoscope_drift_p_value_bonferroni",
+                "the last tested window's smallest p-value times the number of tests (capped at 1)",
+                value=last["p_bonferroni"],
+            )
+        stat = GaugeMetricFamily(
+            "mnemoscope_drift_statistic",
+            "the last tested window's statistic per test (KS D; flag rate: window minus reference)",
+            labels=["test"],
+        )
+        pv = GaugeMetricFamily(
+            "mnemoscope_drift_p_value", "the last tested window's p-value per test", labels=["test"]
+        )
+        for t in last["tests"]:
+            if t["p_value"] is not None:  # a test with too few values has no p-value
+                stat.add_metric([t["name"]], t["statistic"])
+                pv.add_metric([t["name"]], t["p_value"])
+        yield stat
+        yield pv

@@ -25,6 +25,10 @@ the full contract; in short, for ``POST /v1/chat/completions`` and ``POST /v1/co
 **Failures never touch the answer**: an upstream error is passed through as the upstream sent
 it (its status and body); an unreachable upstream is a 502 and a time-out a 504, with an
 OpenAI-style error body; an audit that fails leaves the answer as it came.
+
+``GET /mnemoscope/metrics`` (Prometheus) counts the audits by status and says whether the live
+answers drift from the profile's calibration answers (:class:`~mnemoscope.server.metrics.DriftWatch`,
+fed by every ``audited`` record).
 """
 
 from __future__ import annotations
@@ -193,6 +197,7 @@ def create_proxy_app(
     counts: dict[str, int] = {
         k: 0 for k in ("audited", "undetermined", "refused", "skipped", "failed", "not_logged")
     }
+    drift, registry = _drift_metrics(auditor, counts)
 
     def store_record(rec: dict[str, Any]) -> dict[str, Any]:
         """Blocking: append to the log (never raises: a log error is recorded on the record)."""
@@ -205,6 +210,8 @@ def create_proxy_app(
             log.error("proxy audit %s not logged: %s", rec.get("id"), rec["log_error"])
         status = str(rec.get("status"))
         counts[status] = counts.get(status, 0) + 1
+        if status == "audited":
+            drift.record(rec)  # the live answers against the profile's calibration answers
         if status == "failed":
             log.warning("proxy audit %s failed: %s", rec.get("id"), rec.get("error"))
         return rec
@@ -310,6 +317,13 @@ def create_proxy_app(
             "n_shed": queue.n_shed,
             **{f"n_{k}": v for k, v in counts.items()},
         }
+
+    @app.get("/mnemoscope/metrics")
+    async def metrics() -> Any:
+        """Prometheus text format: the audits by status and the drift watch (docs/proxy.md#drift)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/mnemoscope/audits/{audit_id}")
     async def get_audit(audit_id: str) -> Any:
@@ -533,6 +547,37 @@ def create_proxy_app(
 
 class _UpstreamCut(Exception):
     """The upstream broke a stream off: the client's stream is broken off the same way."""
+
+
+def _drift_metrics(auditor: Any, counts: dict[str, int]) -> tuple[Any, Any]:
+    """The proxy's drift watch (against the auditor's profile) and its Prometheus registry."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily
+
+    from mnemoscope.server.metrics import DriftWatch
+
+    drift = DriftWatch()
+    if auditor is None:
+        drift.reason = "no auditor (forward only): drift not watched"
+    else:
+        drift.watch(auditor.profile)
+
+    class _Counts:
+        def describe(self) -> list[Any]:
+            return []
+
+        def collect(self) -> Any:
+            c = CounterMetricFamily(
+                "mnemoscope_proxy_audits", "answers by what became of their audit", labels=["status"]
+            )
+            for k, v in sorted(counts.items()):
+                c.add_metric([k], v)
+            yield c
+
+    registry = CollectorRegistry()
+    registry.register(drift)
+    registry.register(_Counts())
+    return drift, registry
 
 
 def _unlocated(aid: str, meta: dict[str, Any], why: str) -> dict[str, Any]:

@@ -81,4 +81,6 @@ async def profile(run: Ready) -> Any:
     """The profile's card: the model, the calibration data, alpha and the n behind the guarantee,
     and the held-out validation (AUC with CI, realised false-flag rate, memory recall, 3-way
     confusion matrix) when the profile carries it ("not measured" otherwise)."""
-    return await asyncio.to_thread(profile_view, run.engine.profile, rule=run.engine.rule)
+    return await asyncio.to_thread(
+        profile_view, run.engine.profile, rule=run.engine.rule, drift=run.metrics.drift.status()
+    )
