@@ -30,6 +30,7 @@ Three measurements, per configuration:
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_drift.py --streams 200
+    python benchmarks/bench_drift.py --render benchmarks/results/drift/bench_drift.json  # the .md only
 """
 
 from __future__ import annotations
@@ -191,6 +192,65 @@ def shift(
     }
 
 
+def _pct(r: dict[str, Any]) -> str:
+    lo, hi = r["ci95"]
+    return f"{100 * r['rate']:.2f} % ({r['k']}/{r['n']}; CI {100 * lo:.2f}-{100 * hi:.2f} %)"
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The Markdown summary of a result JSON (every figure read from it)."""
+    pv, par = rec["provenance"], rec["params"]
+    out = [
+        "# Drift watch: false alarms and delays on real held-out audits",
+        "",
+        f"Command: `{pv['command']}`; git commit {pv['git_commit']} (dirty: {pv['git_dirty']}); "
+        f"threads {rec['threads']}; {rec['seconds']} s; load at start `{rec['uptime_start']}`, "
+        f"at end `{rec['uptime_end']}`.",
+        "",
+        f"Window {par['window']} answers; alpha {par['alpha']} per window, and the horizon-controlled "
+        f"{par['horizon_alpha']:g} (= 0.05 x window / {par['length']}). Shifts start after "
+        f"{rec['pre_shift_answers']} unshifted answers (mid-window); delay = shifted answers until the "
+        f"end of the window that fires, censored at {rec['post_shift_cap']}.",
+        "",
+        "## Unshifted",
+        "",
+        "| reference (A) | n | one window, exact null: alarm rate | flag count alone at alpha: Fisher | "
+        "plain binomial, rate taken as known | 2,000-answer streams: alarms per window | "
+        "streams with any alarm | same at horizon alpha: per window | any alarm |",
+        "|---|---:|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rec["results"].items():
+        w, (s1, s2) = r["window_null"], r["stream_null"]
+        f = w["flag_test_alone_at_alpha"]
+        out.append(
+            f"| {name} | {r['n_reference']} | {_pct(w['alarm'])} | {_pct(f['fisher'])} | "
+            f"{_pct(f['binomial_known_rate'])} | {_pct(s1['alarm_per_window'])} | "
+            f"{_pct(s1['streams_with_an_alarm'])} | {_pct(s2['alarm_per_window'])} | "
+            f"{_pct(s2['streams_with_an_alarm'])} |"
+        )
+    out += [
+        "",
+        "## Shifted: share of streams whose alarm fires within 200 shifted answers (median delay)",
+        "",
+    ]
+    alphas = [par["alpha"], par["horizon_alpha"]]
+    for name, r in rec["results"].items():
+        out += [f"### reference {name}", "", "| shift | " + " | ".join(f"alpha {a:g}" for a in alphas) + " |"]
+        out.append("|---|" + "---|" * len(alphas))
+        scen = sorted({k.rsplit("@", 1)[0] for k in r["shift"]})
+        for sc in scen:
+            cells = []
+            for a in alphas:
+                x = r["shift"][f"{sc}@alpha={a:g}"]
+                med = "-" if x["delay_median"] is None else f"{x['delay_median']:g}"
+                cells.append(
+                    f"{_pct(x['within_200'])}; detected by 1,000: {100 * x['detected']['rate']:.1f} %; median {med}"
+                )
+            out.append(f"| {sc} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--window", type=int, default=100)
@@ -200,7 +260,11 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=2000, help="answers per unshifted stream")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT / "bench_drift.json")
+    ap.add_argument("--render", type=Path, help="only write the Markdown summary of this result JSON")
     args = ap.parse_args()
+    if args.render is not None:
+        args.render.with_suffix(".md").write_text(render(json.loads(args.render.read_text())))
+        return
 
     from mnemoscope.provenance import provenance
 
@@ -255,6 +319,7 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rec, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(render(rec))
     print("wrote", args.out, "in", rec["seconds"], "s")
 
 

@@ -395,3 +395,84 @@ def test_audit_wait_returns_the_answer_pending_and_logs_the_audit_later(
         assert g.json()["status"] == "audited" and g.json()["answer"] == r.choices[0].message.content
     finally:
         p.stop()
+
+
+# -- the drift watch (GET /mnemoscope/metrics) --------------------------------------------------------
+
+
+def _series(text: str, name: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            key, val = line.rsplit(" ", 1)
+            out[key[len(name) :]] = float(val)
+    return out
+
+
+def test_metrics_route_counts_audits_and_says_why_drift_is_not_watched(proxy):
+    import httpx
+
+    from mnemoscope.server.profile_view import NO_REFERENCE
+
+    _openai(proxy.base_url).chat.completions.create(
+        model="smollm2", messages=MESSAGES, temperature=0, max_tokens=8
+    )
+    r = httpx.get(proxy.base_url[: -len("/v1")] + "/mnemoscope/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert _series(r.text, "mnemoscope_proxy_audits_total")['{status="audited"}'] >= 1
+    # the test profile is calibrated on 10 items: too few held-out answers to compare with
+    ((reason, watched),) = _series(r.text, "mnemoscope_drift_watched").items()
+    assert watched == 0 and NO_REFERENCE in reason
+    assert _series(r.text, "mnemoscope_drift_state")['{state="not watched"}'] == 1
+    assert not _series(r.text, "mnemoscope_drift_p_value")
+
+
+def test_drift_window_of_real_audits_reaches_the_metrics(llama_server, endpoint_profile, tmp_path):
+    """The endpoint profile given a reference sample (the committed held-out audits of the same
+    SmolLM2, written with the calibration's own writer): 20 audited answers fill one window, and
+    only then do the p-values appear."""
+    import shutil
+    from pathlib import Path
+
+    import httpx
+
+    from mnemoscope.audit.profile import load_profile
+    from mnemoscope.audit.validation import read_held_out, write_validation
+
+    folder = tmp_path / "profile"
+    shutil.copytree(Path(str(endpoint_profile.path)), folder)
+    held = Path(__file__).resolve().parents[1] / "benchmarks/results/calibration/smollm2-135m-instruct-pc300"
+    write_validation(
+        folder, load_profile(folder, backend="endpoint"), read_held_out(held), labels={}, split={},
+        calibration_seconds=0.0, audit_seconds=None,
+    )  # fmt: skip
+    prof = load_profile(folder, backend="endpoint")
+    assert prof.validation is not None
+    p = _proxy(llama_server, prof, tmp_path / "audit.db", drift_window=20)
+    try:
+        url = p.base_url[: -len("/v1")] + "/mnemoscope/metrics"
+        c = _openai(p.base_url)
+        for i in range(20):
+            ctx = f"Velmor{i} is a village on the coast. The lighthouse of Velmor{i} is painted {'red' if i % 2 else 'blue'}."
+            msgs = [
+                {
+                    "role": "user",
+                    "content": f"Context: {ctx}\n\nQuestion: What colour is the lighthouse of Velmor{i}?\n\nAnswer:",
+                }
+            ]
+            got = c.chat.completions.create(model="smollm2", messages=msgs, temperature=0, max_tokens=16)
+            assert got.model_extra["mnemoscope"]["status"] == "audited", got.model_extra["mnemoscope"]
+            if i == 18:
+                text = httpx.get(url, timeout=30).text
+                assert _series(text, "mnemoscope_drift_state")['{state="not enough answers yet"}'] == 1
+                assert _series(text, "mnemoscope_drift_window_answers")[""] == 19
+                assert not _series(text, "mnemoscope_drift_p_value")
+        text = httpx.get(url, timeout=30).text
+        assert _series(text, "mnemoscope_drift_windows_total")[""] == 1
+        pv = _series(text, "mnemoscope_drift_p_value")
+        assert {'{test="p_memory"}', '{test="flag_rate"}'} <= set(pv) and all(
+            0 <= v <= 1 for v in pv.values()
+        )
+        assert _series(text, "mnemoscope_drift_reference_answers")[""] == 221
+    finally:
+        p.stop()

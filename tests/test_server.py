@@ -578,6 +578,12 @@ def test_api_profile_card_and_pages(client: Any) -> None:
     assert r.status_code == 200, r.text
     p = r.json()
     assert p["rule"] == "combined" and len(p["hash"]) == 64 and p["card"]
+    # calibrated with held_out_fraction=0: no reference sample, and the card and /metrics say so
+    drift = p["card"]["drift"]
+    assert drift["watched"] is False and drift["state"] == "not watched"
+    assert drift["reason"].startswith("no reference sample in this profile: drift not watched (")
+    assert "held_out.jsonl: 0 answers with a p_memory" in drift["reason"]
+    assert 'mnemoscope_drift_state{state="not watched"} 1.0' in client.get("/metrics").text
     assert client.get("/v1/profile").status_code == 401
     for page, marker in (("/", "dashboard.js"), ("/profile", "profile.js")):
         r = client.get(page)

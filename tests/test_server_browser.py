@@ -398,6 +398,7 @@ def _check_profile_page(page: Any, p: dict[str, Any]) -> None:
         "() => Array.from(document.querySelectorAll('#card section')).map(s => s.dataset.section)"
     )
     assert sorted(shown) == sorted(k for k in card if k != "format") and shown[0] == "validation"
+    _check_drift(page, card["drift"])
     if val["status"] == "not measured":
         expect(page.locator("#g-auc")).to_have_text("not measured")
         expect(page.locator("#g-ffr")).to_have_text("not measured")
@@ -419,6 +420,27 @@ def _check_profile_page(page: Any, p: dict[str, Any]) -> None:
         assert [int(x) for x in cells.all_inner_texts()] == list(row.values()), (truth, row)
 
 
+def _check_drift(page: Any, d: dict[str, Any]) -> None:
+    """The drift watch at a glance and in its panel: why it is not watched, "not enough answers
+    yet" without a p-value, or the last window's tests with their p-values."""
+    from playwright.sync_api import expect
+
+    glance, panel = page.locator("#g-drift"), page.locator("#card section[data-section=drift]")
+    if not d["watched"]:
+        expect(glance).to_have_text(d["reason"])
+        expect(panel).to_contain_text(d["reason"])
+        return
+    if d["last"] is None:
+        expect(glance).to_contain_text(
+            f"not enough answers yet ({d['current']['n']} of {d['window']} answers"
+        )
+        expect(panel.locator("table.drift")).to_have_count(0)
+        return
+    expect(glance).to_contain_text(f"{d['state']} in window {d['last']['index']}")
+    rows = panel.locator("table.drift tbody tr")
+    expect(rows).to_have_count(len(d["last"]["tests"]))
+
+
 def test_profile_page(anon_page: Any, js_errors: list[str]) -> None:
     from playwright.sync_api import expect
 
@@ -430,6 +452,57 @@ def test_profile_page(anon_page: Any, js_errors: list[str]) -> None:
     assert p["card"]["validation"]["status"] == "measured"
     _check_profile_page(anon_page, p)
     assert js_errors == [], js_errors
+
+
+def test_profile_page_drift_before_and_after_a_full_window(
+    browser: Any, tiny_service: Any, tmp_path: Path, js_errors: list[str]
+) -> None:
+    """A profile with a reference sample (96 records, half the facts held out) behind a real
+    server: "not enough answers yet" until 100 answers are audited, then the window's tests."""
+
+    from mnemoscope.audit.calibrate import calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.models import load_model
+    from server_helpers import tiny_records
+
+    model_dir, _ = tiny_service
+    prof = tmp_path / "profile"
+    calibrate_profile(
+        load_model(str(model_dir)),
+        tiny_records(96),
+        prof,
+        CalibrationConfig(max_new_tokens=3, chat=False, held_out_fraction=0.5),
+        progress=False,
+    )
+    s = _anonymous(str(model_dir), str(prof), tmp_path)
+    try:
+        pg = _new_page(browser, s.url, js_errors)
+        pg.goto("/profile")
+        p = _api(pg, "/v1/profile")
+        assert p["card"]["drift"]["watched"] and p["card"]["drift"]["last"] is None
+        _check_profile_page(pg, p)
+        with httpx.Client(base_url=s.url, timeout=300) as c:
+            for b in range(4):
+                items = [
+                    {
+                        "context": f"The town of Qel{i} lies on the river Ka{i % 5}.",
+                        "query": f"Where is Qel{i}?",
+                    }
+                    for i in range(25 * b, 25 * b + 25)
+                ]
+                r = c.post("/v1/audit/batch", json={"items": items})
+                assert r.status_code == 200, r.text
+            assert 'mnemoscope_drift_p_value{test="p_memory"}' in c.get("/metrics").text
+        pg.goto("/profile")
+        p = _api(pg, "/v1/profile")
+        assert p["card"]["drift"]["last"]["answers"] == [1, 100]
+        _check_profile_page(pg, p)
+        pm = pg.locator("#card section[data-section=drift] tr[data-test=p_memory] td")
+        assert pm.nth(0).inner_text() == "100"
+        pg.context.close()
+        assert js_errors == [], js_errors
+    finally:
+        stop_server(s)
 
 
 @pytest.mark.real_model

@@ -94,7 +94,7 @@ class DriftWatch:
             ref = drift_reference(profile)
         except InputError as e:
             with self._lock:
-                self.monitor, self.reason = None, str(e)
+                self.monitor, self.reason = None, e.reason
             return
         with self._lock:
             self.monitor, self.reason = DriftMonitor(ref, window=window, alpha=alpha), ""

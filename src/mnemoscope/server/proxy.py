@@ -48,6 +48,7 @@ from mnemoscope.audit.layout import locate_context
 from mnemoscope.errors import InputError
 from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
 from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
+from mnemoscope.stats.drift import DEFAULT_ALPHA, DEFAULT_WINDOW
 from mnemoscope.trace.endpoint_score import served_scores
 
 __all__ = ["ProxySettings", "create_proxy_app", "sse_answer"]
@@ -96,6 +97,8 @@ class ProxySettings:
             application's (non-streamed) request and audit with them, so that the audit scores the
             no-context path only; they are removed from the answer when the application did not ask
             for log-probs (``logprobs: null``, as the upstream would have sent).
+        drift_window: audited answers per window of the drift watch (``/mnemoscope/metrics``).
+        drift_alpha: false-alarm probability of one drift window (:mod:`mnemoscope.stats.drift`).
     """
 
     upstream: str
@@ -112,6 +115,8 @@ class ProxySettings:
     audit: bool = True
     audit_wait: float | None = None
     served_logprobs: bool = True
+    drift_window: int = DEFAULT_WINDOW
+    drift_alpha: float = DEFAULT_ALPHA
 
 
 def _wants_served_logprobs(settings: ProxySettings, auditor: Any) -> bool:
@@ -197,7 +202,7 @@ def create_proxy_app(
     counts: dict[str, int] = {
         k: 0 for k in ("audited", "undetermined", "refused", "skipped", "failed", "not_logged")
     }
-    drift, registry = _drift_metrics(auditor, counts)
+    drift, registry = _drift_metrics(auditor, counts, settings)
 
     def store_record(rec: dict[str, Any]) -> dict[str, Any]:
         """Blocking: append to the log (never raises: a log error is recorded on the record)."""
@@ -549,7 +554,7 @@ class _UpstreamCut(Exception):
     """The upstream broke a stream off: the client's stream is broken off the same way."""
 
 
-def _drift_metrics(auditor: Any, counts: dict[str, int]) -> tuple[Any, Any]:
+def _drift_metrics(auditor: Any, counts: dict[str, int], settings: ProxySettings) -> tuple[Any, Any]:
     """The proxy's drift watch (against the auditor's profile) and its Prometheus registry."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily
@@ -560,7 +565,7 @@ def _drift_metrics(auditor: Any, counts: dict[str, int]) -> tuple[Any, Any]:
     if auditor is None:
         drift.reason = "no auditor (forward only): drift not watched"
     else:
-        drift.watch(auditor.profile)
+        drift.watch(auditor.profile, window=settings.drift_window, alpha=settings.drift_alpha)
 
     class _Counts:
         def describe(self) -> list[Any]:

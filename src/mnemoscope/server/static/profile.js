@@ -5,8 +5,8 @@
   const { state, setKey, api, probeAnonymous, esc } = window.mnemo;
   const $ = (id) => document.getElementById(id);
   const NM = '<span class="nm">not measured</span>';
-  const ORDER = ["validation", "verdict", "data", "model", "repcs", "profile"];
-  const TITLES = { validation: "Held-out validation", verdict: "Verdict and its guarantee", data: "Calibration data", repcs: "RePCS (secondary)" };
+  const ORDER = ["validation", "drift", "verdict", "data", "model", "repcs", "profile"];
+  const TITLES = { validation: "Held-out validation", drift: "Drift: live answers vs the calibration's", verdict: "Verdict and its guarantee", data: "Calibration data", repcs: "RePCS (secondary)" };
   const measured = (v) => v !== null && v !== undefined && v !== "not measured";
 
   const title = (k) => TITLES[k] || k.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
@@ -45,6 +45,29 @@
     return "<dl>" + entries.map(([k, v]) => '<dt>' + esc(title(k)) + '</dt><dd data-key="' + esc(k) + '">' + value(k, v) + "</dd>").join("") + "</dl>";
   }
 
+  // the drift watch (card.drift): why it is not watched, "not enough answers yet", or the last
+  // tested window with each test's statistic and p-value (never a p-value before a full window)
+  const p3 = (v) => (v === null || v === undefined ? NM : v < 0.001 ? v.toExponential(2) : v.toFixed(3));
+  function driftLine(d) {
+    if (!d || !d.watched) return '<span class="nm">' + esc((d && d.reason) || "not watched") + "</span>";
+    if (!d.last) return '<span class="nm">not enough answers yet</span> <span class="muted">(' + d.current.n + " of " + d.window + " answers in the first window)</span>";
+    const l = d.last;
+    return '<b class="drift-' + (l.drifted ? "yes" : "no") + '">' + esc(d.state) + "</b> in window " + l.index +
+      " (answers " + l.answers[0] + "-" + l.answers[1] + "): Bonferroni p = " + p3(l.p_bonferroni) + " over " + l.n_tests +
+      " tests, alpha " + scalar(d.alpha) + ' <span class="muted">(' + d.n_alarms + " of " + d.n_windows + " windows drifted)</span>";
+  }
+  function drift(d) {
+    let html = "<p data-key=\"drift-state\">" + driftLine(d) + "</p>";
+    if (!d || !d.watched) return html;
+    html += '<p class="muted">' + esc(d.scheme) + "; reference: " + d.reference.n + " calibration answers (" + esc(d.reference.source) +
+      "), flag rate " + pct(d.reference.flag_rate) + "; next window: " + d.current.n + " of " + d.window + " answers</p>";
+    if (!d.last) return html;
+    return html + '<table class="drift"><thead><tr><th>test</th><th>window n</th><th>reference n</th><th>statistic</th><th>p-value</th><th>method</th></tr></thead><tbody>' +
+      d.last.tests.map((t) => '<tr data-test="' + esc(t.name) + '"><th>' + esc(t.name) + "</th><td>" + t.n_window + "</td><td>" + t.n_reference +
+        "</td><td>" + (t.statistic === null ? NM : scalar(t.statistic)) + "</td><td>" + (t.p_value === null ? '<span class="nm">' + esc(t.reason) + "</span>" : p3(t.p_value)) +
+        '</td><td class="muted">' + esc(t.method) + "</td></tr>").join("") + "</tbody></table>";
+  }
+
   function glance(p) {
     const c = p.card, v = c.verdict || {}, d = c.data || {}, val = c.validation || {};
     $("g-model").textContent = (c.model && c.model.name) || "-";
@@ -58,6 +81,7 @@
     $("g-auc").innerHTML = auc(val.auc) + (measured(val.n) ? ' <span class="muted">on ' + scalar(val.n) + " held-out answers</span>" : "");
     $("g-ffr").innerHTML = measured(val.false_flag_rate) ? pct(val.false_flag_rate) + " realised vs alpha " + scalar(val.alpha) : NM;
     $("g-recall").innerHTML = measured(val.memory_recall) ? pct(val.memory_recall) : NM;
+    $("g-drift").innerHTML = "drift" in c ? driftLine(c.drift) : NM;
   }
 
   async function load() {
@@ -71,7 +95,7 @@
       $("card").innerHTML = keys.map((k) => {
         const v = p.card[k];
         return '<section class="panel" data-section="' + esc(k) + '"><h2>' + esc(title(k)) + "</h2>" +
-          (v && typeof v === "object" && !Array.isArray(v) ? dl(v) : value(k, v)) + "</section>";
+          (k === "drift" ? drift(v) : v && typeof v === "object" && !Array.isArray(v) ? dl(v) : value(k, v)) + "</section>";
       }).join("");
     } catch (e) {
       $("keystate").textContent = e.status === 401 || e.status === 403 ? "key rejected: " + e.message : "";
