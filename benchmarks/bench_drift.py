@@ -206,6 +206,7 @@ def render(rec: dict[str, Any]) -> str:
         f"Command: `{pv['command']}`; git commit {pv['git_commit']} (dirty: {pv['git_dirty']}); "
         f"threads {rec['threads']}; {rec['seconds']} s; load at start `{rec['uptime_start']}`, "
         f"at end `{rec['uptime_end']}`.",
+        *(["", f"Note: {rec['provenance_note']}"] if rec.get("provenance_note") else []),
         "",
         f"Window {par['window']} answers; alpha {par['alpha']} per window, and the horizon-controlled "
         f"{par['horizon_alpha']:g} (= 0.05 x window / {par['length']}). Shifts start after "
@@ -268,6 +269,7 @@ def main() -> None:
 
     from mnemoscope.provenance import provenance
 
+    prov = provenance()  # at the start: the code that measures, not the tree at the end
     t0 = time.perf_counter()
     uptime_start = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     rng = np.random.default_rng(args.seed)
@@ -307,7 +309,7 @@ def main() -> None:
 
     rec = {
         "what": "drift watch on real held-out audits: false alarms on unshifted answers, delay on shifted ones",
-        "provenance": provenance(),
+        "provenance": prov,
         "threads": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
         "uptime_start": uptime_start,
         "uptime_end": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
