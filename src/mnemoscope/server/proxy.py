@@ -44,7 +44,7 @@ from typing import Any
 
 from fastapi import Request  # module level: FastAPI resolves route annotations here
 
-from mnemoscope.audit.layout import locate_context
+from mnemoscope.audit.prompt_match import locate_for_profile
 from mnemoscope.errors import InputError
 from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
 from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
@@ -392,8 +392,14 @@ def create_proxy_app(
         if body is None:  # not an audited request: pass through as it comes
             return Relay(_plain(resp), status_code=resp.status_code, headers=passthrough_headers(resp))
         try:
-            located = locate_context(
-                body, spec, context_role=settings.context_role, query_role=settings.query_role
+            # a profile calibrated on the application's prompt (calibrate --prompt) finds the
+            # context by its placeholder and marks requests that differ from it
+            located = locate_for_profile(
+                body,
+                auditor.profile.header if auditor is not None else {},
+                spec,
+                context_role=settings.context_role,
+                query_role=settings.query_role,
             )
         except InputError as e:
             located = f"InputError: {e}"
