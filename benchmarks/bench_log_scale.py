@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from mnemoscope.provenance import provenance
+from mnemoscope.server.ledger import new_audit_id
 from mnemoscope.server.signing import Signer
 from mnemoscope.server.storage import SOURCES, open_store
 
@@ -67,15 +68,24 @@ WORDS = tuple(
 )
 
 
-IDS = "random"
+IDS = "server"
 
 
 def audit_id(i: int) -> str:
-    """Random-looking ids like the server's uuid4 hex (their unique index is written at random
-    places), or sequential ones (always at the index's right edge: optimistic)."""
+    """The server's ids (``server``: UUIDv7, time-ordered, from ``new_audit_id`` with the record's
+    ``created_at`` as the clock and reproducible random bits), the uuid4-like random ids the
+    server gave before (``random``: their unique index is written at random places), or plain
+    sequential ones (``sequential``: always at the index's right edge)."""
     if IDS == "sequential":
         return f"bench-{i:09d}"
-    return hashlib.md5(str(i).encode()).hexdigest()
+    digest = hashlib.md5(str(i).encode()).digest()
+    if IDS == "server":
+        return new_audit_id(ms=int(created_at(i) * 1000), rand=digest[:10])
+    return digest.hex()
+
+
+def created_at(i: int) -> float:
+    return 1.7e9 + i * 0.01
 
 
 def record(i: int, rng: random.Random) -> dict[str, Any]:
@@ -83,7 +93,7 @@ def record(i: int, rng: random.Random) -> dict[str, Any]:
     src = SOURCES[i % 4]
     return {
         "id": audit_id(i),
-        "created_at": 1.7e9 + i * 0.01,
+        "created_at": created_at(i),
         "source": src,
         "memory_flag": src == "memory",
         "p_memory": round(rng.random(), 6),
@@ -187,7 +197,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="audits per append() in the measured windows")
     ap.add_argument("--window", type=int, default=1000, help="audits per measured window")
     ap.add_argument("--fill-batch", type=int, default=500, help="audits per append() between windows")
-    ap.add_argument("--ids", choices=["random", "sequential"], default="random")
+    ap.add_argument("--ids", choices=["server", "random", "sequential"], default="server")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare-insert baseline")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mnemoscope.server.ledger import canonical, entry_hash, leaf_hash, merkle_root
+from mnemoscope.server.ledger import canonical, entry_hash, leaf_hash, merkle_root, new_audit_id
 from mnemoscope.server.signing import Signer, Verifier
 from mnemoscope.server.storage import SOURCES, StorageError, open_store
 from server_helpers import pg_base_url
@@ -344,3 +344,47 @@ def test_verifier_round_trip_for_cli_files(tmp_path: Path) -> None:
     (tmp_path / "bad").write_text("nope")
     with pytest.raises(StorageError, match="bad"):
         open_store(tmp_path / "g.db", signing_key=tmp_path / "bad")
+
+
+def test_audit_ids_are_uuid7_hex_that_sort_by_creation_time() -> None:
+    ids = [new_audit_id(ms=1_700_000_000_000 + t, rand=bytes([t % 256]) * 10) for t in range(0, 3000, 7)]
+    assert ids == sorted(ids), "ids made later must sort after earlier ones (the id index grows at its end)"
+    for i in [*ids[:5], new_audit_id()]:
+        u = uuid.UUID(i)
+        assert len(i) == 32 and i == u.hex and u.version == 7 and u.variant == uuid.RFC_4122
+    assert len({new_audit_id() for _ in range(2000)}) == 2000  # same millisecond: the random bits differ
+
+
+def test_a_log_of_uuid4_ids_continues_with_time_ordered_ids(tmp_path: Path) -> None:
+    """A log written before the ids were time-ordered (uuid4 hex) takes the new ids in the same
+    unique index: it verifies, and old and new audits are found and proven (checked with the
+    RFC 9162 verifiers of test_log_proofs, written independently of mnemoscope.server.merkle)."""
+    import base64
+
+    from test_log_proofs import rfc_mth, rfc_verify_consistency, rfc_verify_inclusion
+
+    def b(s: str) -> bytes:
+        return base64.b64decode(s)
+
+    signer = Signer.generate("ids.test/log")
+    db = tmp_path / "ids.db"
+    st = open_store(db, checkpoint_every=16, signing_key=signer)
+    old = [{**_rec(i), "id": uuid.uuid4().hex} for i in range(1, 101)]
+    st.append(old)
+    st.close()
+    st = open_store(db, checkpoint_every=16, signing_key=signer)
+    new = [{**_rec(i), "id": new_audit_id()} for i in range(101, 201)]
+    for k in range(0, 100, 8):
+        st.append(new[k : k + 8])
+    for rec in (old[0], old[-1], new[0], new[-1]):
+        p = st.prove(rec["id"])
+        assert st.get(rec["id"])["answer"] == rec["answer"]
+        assert rfc_verify_inclusion(p["leaf_index"], p["tree_size"], b(p["leaf_hash"]), [b(h) for h in p["inclusion_path"]], b(p["root"]))  # fmt: skip
+    c = st.consistency(100)
+    assert c["second"] == 200  # the proof of seq 200 checkpointed the head
+    root_100, root_200 = rfc_mth([canonical(r) for r in old]), rfc_mth([canonical(r) for r in old + new])
+    assert b(c["first_root"]) == root_100 and b(c["second_root"]) == root_200
+    assert rfc_verify_consistency(100, 200, root_100, root_200, [b(h) for h in c["consistency_path"]])
+    st.close()
+    rep = open_store(db, readonly=True).verify(trusted=[signer.verifier], require_signed=True)
+    assert rep.ok and rep.n_entries == 200, rep

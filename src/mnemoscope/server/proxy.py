@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +45,7 @@ from fastapi import Request  # module level: FastAPI resolves route annotations 
 
 from mnemoscope.audit.prompt_match import locate_for_profile
 from mnemoscope.errors import InputError
+from mnemoscope.server.ledger import new_audit_id
 from mnemoscope.server.proxy_audit import AuditQueue, audit_app_prompt, base_record, summary
 from mnemoscope.server.proxy_stream import saw_done, saw_finish, sse_answer, verdict_event
 from mnemoscope.stats.drift import DEFAULT_ALPHA, DEFAULT_WINDOW
@@ -367,7 +367,7 @@ def create_proxy_app(
             raw = json.dumps({k: v for k, v in body.items() if k != "mnemoscope"}).encode()
         if not settings.audit:
             body = None  # forward only
-        aid = uuid.uuid4().hex
+        aid = new_audit_id()  # time-ordered: the log's id index grows at its right edge
         stream = bool(body and body.get("stream"))
         added_logprobs = False
         if body is not None and not stream and _wants_served_logprobs(settings, auditor):

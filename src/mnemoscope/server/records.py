@@ -16,12 +16,12 @@ older server.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, AuditResult
+from mnemoscope.server.ledger import new_audit_id
 from mnemoscope.server.metrics import ServerMetrics
 from mnemoscope.server.storage import AuditStore
 
@@ -115,7 +115,7 @@ def process_batch(
             out.append(res)
             continue
         rec: dict[str, Any] = {
-            "id": uuid.uuid4().hex,
+            "id": new_audit_id(),
             "created_at": now,
             **audit_record(res, return_generation=job.return_generation),
             "answer_given": job.request.answer is not None,
