@@ -1,10 +1,19 @@
-"""Two `mnemoscope serve` replicas on one PostgreSQL (issue 26): concurrent clients, one replica
-killed with SIGKILL mid-stream, then PostgreSQL itself restarted under load (``pg_ctl stop -m
-immediate``: a crash, recovered from its WAL on the next start) - every request answers 200 or
-503 with Retry-After, the replicas reconnect, the chain verifies, sequence numbers are gap-free
-and every acknowledged audit is stored. The database is a private PostgreSQL server started for
-the test (the shared test server must not be restarted under other tests); needs the PostgreSQL
-server binaries (fails instead of skipping under MNEMOSCOPE_REQUIRE_SERVICES=1)."""
+"""Two `mnemoscope serve` replicas on one PostgreSQL (issues 26 and 36) under six concurrent
+clients, through three faults in a row:
+
+1. **a PostgreSQL restart** with both replicas serving: ``pg_ctl stop -m fast`` then ``start``,
+   what ``pg_ctlcluster <ver> <cluster> restart`` runs (fast shutdown: the server ends every
+   session, rolls back the transactions in flight, checkpoints and exits);
+2. **one replica killed** with SIGKILL mid-stream (possibly inside an append);
+3. **a PostgreSQL crash** (``pg_ctl stop -m immediate``: no checkpoint, recovered from its WAL on
+   the next start) under the surviving replica.
+
+Throughout, every request answers 200 or 503 with Retry-After (a connection error only from the
+killed replica), both replicas recover after the restart, the signed chain verifies, sequence
+numbers are gap-free and every acknowledged audit is stored. The database is a private
+PostgreSQL server started for the test (the shared test server must not be restarted under
+other tests); needs the PostgreSQL server binaries (fails instead of skipping under
+MNEMOSCOPE_REQUIRE_SERVICES=1)."""
 
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ def _client_loop(
     statuses: list[int],
     bad: list[str],
     unstored: list[int],
+    mine: list[str],
 ) -> None:
     from server_helpers import API_KEY
 
@@ -51,14 +61,19 @@ def _client_loop(
             i += 1
             try:
                 r = c.post("/v1/audit", json={"context": f"Zor{k}-{i} lies on the Ka.", "query": "Where?"})
-            except httpx.HTTPError:
-                statuses.append(-1)  # the replica is gone: nothing acknowledged
+            except httpx.HTTPError as e:
+                statuses.append(-1)  # nothing acknowledged; allowed only from the killed replica
+                deadline = time.time() + 5  # SIGKILL lands asynchronously: give it time to show
+                while s.proc.poll() is None and time.time() < deadline:
+                    time.sleep(0.1)
                 if s.proc.poll() is not None:
                     return
+                bad.append(f"a live replica dropped the connection: {type(e).__name__}: {e}")
                 continue
             statuses.append(r.status_code)
             if r.status_code == 200:
                 acked.append(r.json()["id"])
+                mine.append(r.json()["id"])
             elif r.status_code == 503:
                 if "retry-after" not in r.headers:
                     bad.append(f"503 without Retry-After: {r.text[:200]}")
@@ -100,25 +115,42 @@ def test_replicas_on_one_postgres_survive_a_kill_and_a_database_restart(
     statuses: list[int] = []
     bad: list[str] = []
     unstored: list[int] = []  # positions in statuses of 503s saying the audit could not be stored
+    by_replica: list[list[str]] = [[], []]  # ids acknowledged by each replica
     clients = [
-        threading.Thread(target=_client_loop, args=(servers[k % 2], k, stop, acked, statuses, bad, unstored))
+        threading.Thread(
+            target=_client_loop,
+            args=(servers[k % 2], k, stop, acked, statuses, bad, unstored, by_replica[k % 2]),
+        )
         for k in range(6)
     ]
     try:
         for t in clients:
             t.start()
 
-        def wait_for(n: int) -> None:  # bounded: each phase gets PHASE_S at most
+        def wait_for(n: int, of: list[str] = acked) -> None:  # bounded: each phase gets PHASE_S at most
             end = time.time() + PHASE_S
-            while len(acked) < n and time.time() < end:
+            while len(of) < n and time.time() < end:
                 time.sleep(0.05)
 
         wait_for(30)
+        # 1. PostgreSQL restarted under load with both replicas serving (pg_ctlcluster restart)
+        n_before_restart = len(statuses)
+        t_restart = time.monotonic()
+        pg_server.stop("fast")
+        pg_server.start()
+        restart_s = time.monotonic() - t_restart
+        after_restart = [len(m) for m in by_replica]
+        for r in range(2):
+            wait_for(after_restart[r] + 5, by_replica[r])
+        recovered = [len(m) - after_restart[r] for r, m in enumerate(by_replica)]
+        n_after_restart = len(statuses)
+        # 2. one replica killed
         servers[0].proc.send_signal(signal.SIGKILL)  # mid-stream, possibly inside an append
         n_at_kill = len(acked)
         wait_for(n_at_kill + 20)
         n_before = len(statuses)
-        pg_server.stop("immediate")  # a crash of the database under load: in-flight appends fail
+        # 3. PostgreSQL crashed under the surviving replica
+        pg_server.stop("immediate")  # no checkpoint, recovered from the WAL: in-flight appends fail
         time.sleep(1.0)
         pg_server.start()  # recovers from its WAL; the replicas reconnect on their next call
         n_at_restart = len(acked)
@@ -131,6 +163,13 @@ def test_replicas_on_one_postgres_survive_a_kill_and_a_database_restart(
         for s in servers:
             stop_server(s, signal.SIGTERM)
     assert not bad, bad[:5]
+    # the restart: every replica's connection was ended by the server, so each one's next append
+    # failed (503, "not stored"); both replicas then stored audits again
+    restart_503 = [i for i in unstored if n_before_restart < i <= n_after_restart]
+    assert restart_503, f"no audit failed to store across the restart ({restart_s:.1f} s)"
+    assert min(recovered) >= 5, (
+        f"a replica did not recover after the restart (new audits per replica: {recovered}): {pg_server.log()}"
+    )
     # the surviving replica's connection fails when first used after the crash: a 503 "not stored"
     assert any(i > n_before for i in unstored), "no audit failed to store during the restart"
     assert len(acked) >= n_at_restart + 20, (
