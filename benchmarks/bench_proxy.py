@@ -40,6 +40,7 @@ import statistics
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,19 @@ def _free_port() -> int:
 class Proxy:
     """The proxy app under uvicorn in a thread of this process (its fds and RSS are ours)."""
 
-    def __init__(self, upstream: str, db: Path, auditor: Any = None, **settings: Any):
+    def __init__(
+        self, upstream: str, db: Path, auditor: Any = None, cache_kb: int | None = None, **settings: Any
+    ):
         import uvicorn
 
         from mnemoscope.server.proxy import ProxySettings, create_proxy_app
         from mnemoscope.server.storage import open_store
 
-        app = create_proxy_app(
-            ProxySettings(upstream=upstream, **settings), auditor=auditor, store=open_store(db)
-        )
+        store = open_store(db)
+        if cache_kb is not None:  # an experiment: the log's SQLite page cache bounded to cache_kb
+            store._conn.execute(f"PRAGMA cache_size=-{int(cache_kb)}")
+        self.store = store
+        app = create_proxy_app(ProxySettings(upstream=upstream, **settings), auditor=auditor, store=store)
         self.port = _free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -118,6 +123,19 @@ def _rss_mb() -> float:
     return float("nan")
 
 
+def _release_and_rss(proxy: Proxy) -> float:
+    """RSS after handing back what is cached, not held: the log's SQLite page cache
+    (``PRAGMA shrink_memory``, under the store's lock) and the C heap's free pages
+    (glibc ``malloc_trim``). Growth left after this is memory still in use."""
+    import ctypes
+
+    store = proxy.store
+    with store._lock:
+        store._conn.execute("PRAGMA shrink_memory")
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return round(_rss_mb(), 1)
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -149,14 +167,18 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     up_port = srv.server_address[1]
     tmp = Path(tempfile.mkdtemp())
-    proxy = Proxy(f"http://127.0.0.1:{up_port}/v1", tmp / "audit.db", timeout=5.0)
+    proxy = Proxy(
+        f"http://127.0.0.1:{up_port}/v1", tmp / "audit.db", cache_kb=args.sqlite_cache_kb, timeout=5.0
+    )
     modes = [("ok", False), ("5xx", False), ("malformed", False), ("cut", True), ("ok", True)]
     samples = []
     t0 = time.perf_counter()
     outcomes: dict[str, int] = {}
+    snap0: Any = None
+    every = max(100, args.n // 100)
     with httpx.Client(timeout=30) as c:
         for i in range(args.n + 1):
-            if i % 100 == 0:
+            if i % every == 0 or i == args.warmup:
                 srv.seen.clear()  # type: ignore[attr-defined]
                 samples.append(
                     {
@@ -164,8 +186,15 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
                         "fds": _fds(),
                         "upstream_connections": _sockets_to(up_port),
                         "rss_mb": round(_rss_mb(), 1),
+                        **({"rss_mb_after_release": _release_and_rss(proxy)} if args.release else {}),
+                        "python_heap_mb": None
+                        if snap0 is None
+                        else round(tracemalloc.get_traced_memory()[0] / 2**20, 2),
                     }
                 )
+            if i == args.warmup and args.tracemalloc:
+                tracemalloc.start(8)
+                snap0 = tracemalloc.take_snapshot()
             if i == args.n:
                 break
             model, stream = modes[i % len(modes)]
@@ -179,18 +208,42 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
                 key = f"{model}{'-stream' if stream else ''}: {type(e).__name__}"
             outcomes[key] = outcomes.get(key, 0) + 1
     wall = time.perf_counter() - t0
+    growth: list[dict[str, Any]] | None = None
+    if snap0 is not None:  # Python allocations alive now that were not after the warm-up, by line
+        stats = tracemalloc.take_snapshot().compare_to(snap0, "lineno")
+        tracemalloc.stop()
+        growth = [
+            {
+                "where": str(st.traceback[0]),
+                "size_diff_kb": round(st.size_diff / 1024, 1),
+                "count_diff": st.count_diff,
+            }
+            for st in stats[:15]
+        ]
     health = proxy.health()
     proxy.stop()
     srv.shutdown()
-    first, warm, last = samples[0], samples[1] if len(samples) > 1 else samples[0], samples[-1]
+    first, last = samples[0], samples[-1]
+    warm = next((x for x in samples if x["requests"] == args.warmup), samples[0])
+    per_10k = 10_000 / max(1, args.n - args.warmup)
+    released = (
+        None
+        if not args.release
+        else round((last["rss_mb_after_release"] - warm["rss_mb_after_release"]) * per_10k, 2)
+    )
     return {
+        "rss_after_release_growth_after_warmup_mb_per_10k": released,
+        "sqlite_cache_kb": args.sqlite_cache_kb,
+        "warmup_requests": args.warmup,
+        "rss_growth_after_warmup_mb_per_10k": round((last["rss_mb"] - warm["rss_mb"]) * per_10k, 2),
+        "tracemalloc_growth_after_warmup": growth,
         "what": "fds, upstream connections and RSS of the proxy over N mixed requests (ok, 5xx, malformed, cut stream, stream)",
         "n_requests": args.n,
         "wall_s": round(wall, 2),
         "samples": samples,
         "outcomes": outcomes,
         "proxy_counts": health,
-        "delta_after_first_100": {
+        "delta_after_warmup": {
             "fds": last["fds"] - warm["fds"],
             "upstream_connections": last["upstream_connections"] - warm["upstream_connections"],
             "rss_mb": round(last["rss_mb"] - warm["rss_mb"], 1),
@@ -735,6 +788,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p = sub.add_parser("leak")
     p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=100, help="requests before the growth is measured")
+    p.add_argument("--tracemalloc", action="store_true", help="Python allocations after the warm-up, by line")
+    p.add_argument(
+        "--release",
+        action="store_true",
+        help="at every sample, also the RSS after releasing caches (SQLite shrink_memory, malloc_trim)",
+    )
+    p.add_argument(
+        "--sqlite-cache-kb", type=int, default=None, help="bound the log's SQLite page cache (an experiment)"
+    )
     for name in ("latency", "load"):
         q = sub.add_parser(name)
         q.add_argument("--threads", type=int, default=1, help="llama.cpp server threads")
