@@ -132,7 +132,9 @@ class BareTable:
             self.conn = sqlite3.connect(path, isolation_level=None)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
-            self.conn.execute("PRAGMA cache_size=-65536")  # as the store
+            from mnemoscope.server.storage import _SQLITE_CACHE_KB
+
+            self.conn.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KB}")  # as the store
         for st in stmts:
             self.conn.execute(st)
         q = "%s" if pg else "?"

@@ -75,7 +75,12 @@ from mnemoscope.server.signing import (
 
 __all__ = ["SOURCES", "AuditStore", "HistoryPage", "ProofUnavailable", "StorageError", "open_store"]
 
-_SQLITE_CACHE_KB = 64 * 1024
+# The writer's page cache. An append writes at the right edge of every B-tree (seq, the
+# time-ordered ids of ledger.new_audit_id, the per-source indexes, the tree nodes), so it needs a
+# few pages per tree, not whole indexes (measured flat to 1M audits with 8 MB). The cache is also
+# what a long-running server's memory grows by as the log grows, up to this bound: it was 64 MB,
+# about 1 kB per logged request until full (docs/server.md "Measured").
+_SQLITE_CACHE_KB = 8 * 1024
 
 
 @dataclass(frozen=True)
@@ -472,7 +477,7 @@ def open_store(
         if str(mode).lower() != "wal":
             raise StorageError(f"{path}: could not switch to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KB}")  # index pages stay hot at millions of rows
+        conn.execute(f"PRAGMA cache_size=-{_SQLITE_CACHE_KB}")
         return AuditStore(
             conn,
             pg=False,
