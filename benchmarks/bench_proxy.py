@@ -287,17 +287,16 @@ def _llama(threads: int, interrupt: bool = True, kind: str = "lcp") -> Any:
 
 def _auditor(server: Any, profile: str | None) -> Any:
     from mnemoscope.audit.auditor import Auditor
-    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
+    from mnemoscope.audit.profile import load_endpoint_profile
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
     client = EndpointClient(EndpointConfig(server.base_url, concurrency=1, timeout=600))
     if profile is None or not (Path(profile) / "profile.json").is_file():
         import tempfile
 
-        from mnemoscope.audit.endpoint_calibration import (
-            EndpointCalibrationConfig,
-            calibrate_endpoint_profile,
-        )
+        from mnemoscope.audit.calibrate import calibrate
+        from mnemoscope.audit.profile import CalibrationConfig
+        from mnemoscope.audit.tracing import EndpointTracer
         from mnemoscope.data.records import Record
 
         verified = ROOT / "benchmarks" / "results" / "verdict" / "verified.jsonl"
@@ -307,8 +306,8 @@ def _auditor(server: Any, profile: str | None) -> Any:
             Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked
         ]
         out = Path(profile) if profile else Path(tempfile.mkdtemp()) / "profile"
-        prof = calibrate_endpoint_profile(
-            client, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
+        prof = calibrate(
+            EndpointTracer(client, chat_template="default"), recs, out, CalibrationConfig(), progress=False
         )
     else:
         prof = load_endpoint_profile(profile)

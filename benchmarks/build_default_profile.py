@@ -58,6 +58,7 @@ def main() -> None:
     from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.data.records import Record
     from mnemoscope.models import load_model
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
 
     items = [json.loads(line) for line in Path(args.verified).read_text().splitlines() if line.strip()]
     calib_ids, test_ids = split_by_fact(items, args.seed, args.test_fraction)
@@ -112,6 +113,7 @@ def main() -> None:
         ),
         traces_dir=args.traces,
         progress=True,
+        fitter=CRMFitter(progress=True),
     )
     # no held-out part here (held_out_fraction=0): the validation card is written from
     # verdict_eval.py's part B by profile_validation.py, not from calibrate's empty held-out file

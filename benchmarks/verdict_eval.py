@@ -41,7 +41,7 @@ def _auc(scores: Any, labels: Any, seed: int = 0) -> dict[str, Any]:
 
 
 def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, Any]:
-    from mnemoscope.audit.calibrate import fit_verdict, oof_crm_probability, token_margin
+    from mnemoscope.audit.calibrate import fit_verdict, token_margin
     from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.audit.signals import answer_pieces, trace_signals
     from mnemoscope.detectors.repcs import RePCS
@@ -50,6 +50,7 @@ def part_a(verified: list[dict], traces_dir: Path, profile: Any) -> dict[str, An
     from mnemoscope.models import load_model
     from mnemoscope.pipelines.crm.eval import CRMEvalConfig
     from mnemoscope.pipelines.crm.extract import CRMFolder
+    from mnemoscope.pipelines.crm.fitter import oof_crm_probability
     from mnemoscope.pipelines.crm.run import fit_crm
     from mnemoscope.trace import load_traces
 

@@ -87,7 +87,9 @@ def endpoint_profile(llama_server, tmp_path_factory):
     items of the verified context-reliance set, chat template of the default model)."""
     import json
 
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
+    from mnemoscope.audit.calibrate import calibrate
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
@@ -97,6 +99,6 @@ def endpoint_profile(llama_server, tmp_path_factory):
     recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
     out = tmp_path_factory.mktemp("endpoint-profile")
     with EndpointClient(EndpointConfig(llama_server.base_url, concurrency=1, timeout=300)) as c:
-        return calibrate_endpoint_profile(
-            c, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
+        return calibrate(
+            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
         )

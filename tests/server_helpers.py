@@ -52,6 +52,7 @@ def build_tiny_service(root: Path) -> tuple[Path, Path]:
     from mnemoscope.audit.calibrate import calibrate_profile
     from mnemoscope.audit.profile import CalibrationConfig
     from mnemoscope.models import load_model
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
 
     model_dir = root / "model"
     if not (model_dir / "config.json").is_file():
@@ -67,6 +68,7 @@ def build_tiny_service(root: Path) -> tuple[Path, Path]:
             prof,
             CalibrationConfig(max_new_tokens=4, chat=False, with_crm=True),
             progress=False,
+            fitter=CRMFitter(),
         )
     return model_dir, prof
 

@@ -184,7 +184,8 @@ def test_load_answers_reads_what_load_traces_reads(lm: Any, tmp_path: Path) -> N
 @pytest.fixture(scope="module")
 def no_crm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     """A default calibration of a tiny llama, CRM's fit made to fail: it must never be entered."""
-    import mnemoscope.pipelines.crm.run as crm_run
+    import mnemoscope.pipelines.crm.fitter as crm_fitter
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
 
     lm = tiny_lm(layers=3)
     out = tmp_path_factory.mktemp("no-crm") / "profile"
@@ -193,7 +194,7 @@ def no_crm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
         raise AssertionError("the default calibration fitted CRM")
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(crm_run, "fit_crm", refuse)
+    mp.setattr(crm_fitter, "fit_crm", refuse)
     try:
         calibrate_profile(
             lm, tiny_records(48), out, CalibrationConfig(max_new_tokens=4, chat=False), progress=False
@@ -205,6 +206,7 @@ def no_crm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
                 out.parent / "with-crm",
                 CalibrationConfig(max_new_tokens=4, chat=False, with_crm=True),
                 progress=False,
+                fitter=CRMFitter(),
             )
     finally:
         mp.undo()
@@ -284,6 +286,8 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
 
     assert CalibrationConfig(verdict_candidates=("repcs_z", "crm_probability")).with_crm
     assert CalibrationConfig(classifier="xgb").with_crm and not CalibrationConfig().with_crm
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
+
     lm = tiny_lm(layers=2)
     out = tmp_path / "p"
     prof = calibrate_profile(
@@ -292,6 +296,7 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
         out,
         CalibrationConfig(max_new_tokens=4, chat=False, with_crm=True),
         progress=False,
+        fitter=CRMFitter(),
     )
     assert prof.crm is not None and (out / "crm.npz").is_file() and prof.pair_config().hidden
     header = json.loads((out / "profile.json").read_text())
@@ -314,6 +319,7 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
             tmp_path / "q",
             CalibrationConfig(max_new_tokens=4, chat=False, with_crm=True),
             progress=False,
+            fitter=CRMFitter(),
         )
     from importlib import resources
 
@@ -325,7 +331,6 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
 def test_the_per_class_draw_reads_answers_not_whole_traces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mnemoscope.pipelines.crm.extract as ext
     import mnemoscope.trace.store as store
 
     reads: list[str] = []
@@ -336,7 +341,6 @@ def test_the_per_class_draw_reads_answers_not_whole_traces(
         return real(folder)
 
     monkeypatch.setattr(store, "load_traces", counting)
-    monkeypatch.setattr(ext, "load_traces", counting)
     recs = zor_records(80)
     cfg = CalibrationConfig(
         max_new_tokens=3, chat=False, labels="given", per_class=12, held_out_fraction=0.25
@@ -371,11 +375,12 @@ def test_crm_options_ask_for_crm(tiny_folder: Path, tmp_path: Path, monkeypatch:
     class Stop(Exception):
         pass
 
-    def fake(lm: Any, records: Any, out: Any, config: CalibrationConfig, **kw: Any) -> Any:
+    def fake(tracer: Any, records: Any, out: Any, config: CalibrationConfig, **kw: Any) -> Any:
         seen.append(config)
+        assert (kw["fitter"] is not None) is config.with_crm  # CRM's fitter only when CRM is asked
         raise Stop
 
-    monkeypatch.setattr(cal, "calibrate_profile", fake)
+    monkeypatch.setattr(cal, "calibrate", fake)
     base = [
         "--quiet",
         "calibrate",

@@ -259,13 +259,13 @@ def test_real_model_drops_an_invented_item_mislabelled_as_memory(real_lm: Any, t
 def test_endpoint_calibration_verifies_splits_and_writes_the_card(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``calibrate_endpoint_profile`` with ``labels="verify"``: the server's traces are stood in by
+    """The calibration over an endpoint (:class:`EndpointTracer`) with ``labels="verify"``: the server's traces are stood in by
     tiny-model traces (the tracing itself is covered by the real-server tests), answers are checked
     by a scripted matcher; dropped items are counted, the held-out part is scored through the
     endpoint backend and the card is written."""
     from types import SimpleNamespace
 
-    import mnemoscope.audit.endpoint_calibration as ep
+    import mnemoscope.audit.tracing as ep
     import mnemoscope.bench.reliance as rel
     from helpers import tiny_lm
     from mnemoscope.audit.signals import answer_pieces
@@ -316,10 +316,11 @@ def test_endpoint_calibration_verifies_splits_and_writes_the_card(
         require_top_k=lambda k: None,
         fingerprint=lambda: EndpointFingerprint("fake", {"p": {"a": -0.1}}),
     )
-    cfg = ep.EndpointCalibrationConfig(
-        chat_template="none", max_new_tokens=3, top_k=5, labels="verify", min_per_class=5
-    )
-    prof = ep.calibrate_endpoint_profile(client, recs, tmp_path / "p", cfg, progress=False, timing_sample=0)  # type: ignore[arg-type]
+    from mnemoscope.audit.calibrate import calibrate
+
+    cfg = CalibrationConfig(max_new_tokens=3, labels="verify", min_per_class=5)
+    tracer = ep.EndpointTracer(client, chat_template="none", top_k=5)
+    prof = calibrate(tracer, recs, tmp_path / "p", cfg, progress=False)
     lab = prof.header["labels"]
     assert lab["n_kept"] == 34 and lab["dropped_reasons"] == {
         "memory": {"not answered closed-book": 1},
@@ -365,8 +366,9 @@ def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Pat
     recorded conformal answers, and the CRM the audits use never fitted on them."""
     from helpers import tiny_lm
     from mnemoscope.audit.auditor import Auditor
-    from mnemoscope.pipelines.crm.extract import load_folder
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
     from mnemoscope.stats.conformal import conformal_upper
+    from mnemoscope.trace.store import load_traces
     from server_helpers import tiny_records
 
     lm = tiny_lm(layers=3)
@@ -378,7 +380,7 @@ def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Pat
         verdict_alpha=0.2,
         verdict_candidates=("crm_probability",),
     )
-    calibrate_profile(lm, tiny_records(48), out, cfg, progress=False)
+    calibrate_profile(lm, tiny_records(48), out, cfg, progress=False, fitter=CRMFitter())
     prof = load_profile(out, model=lm.info)
     v = prof.verdict
     assert v is not None and v.selected_ == ("crm_probability",) and v.certified_
@@ -386,7 +388,7 @@ def test_crm_probability_is_certified_on_the_scores_audits_compute(tmp_path: Pat
     assert len(ids) == v.n_conformal_ == 12  # half the 24 clean answers
     # one held-out clean set for both thresholds: the anomaly rule's is the verdict's
     assert prof.anomaly.n_threshold == len(ids)
-    pairs = [t for t in load_folder(out / "traces", keep_without=False).pairs if t.id in ids]
+    pairs = [t for t in load_traces(out / "traces" / "pairs") if t.id in ids]
     assert {t.id for t in pairs} == ids and all(t.id in {f"r{i}" for i in range(0, 48, 2)} for t in pairs)
     auditor = Auditor(lm, prof, batch_size=1)
     p = [auditor.score(t).p_memory for t in pairs]
@@ -435,22 +437,27 @@ def test_committed_calibration_cards_equal_a_recomputation_from_their_held_out_r
 
 def test_a_verdict_with_no_measurable_signal_is_refused_naming_it(tmp_path: Path) -> None:
     from helpers import tiny_lm
+    from mnemoscope.pipelines.crm.fitter import CRMFitter
     from server_helpers import tiny_records
 
     cfg = CalibrationConfig(
         max_new_tokens=4, chat=False, classifier="none", verdict_candidates=("crm_probability",)
     )
+    lm = tiny_lm(layers=2)
     with pytest.raises(InputError, match="crm_probability needs a CRM classifier"):
-        calibrate_profile(tiny_lm(layers=2), tiny_records(36), tmp_path / "p", cfg, progress=False)
+        calibrate_profile(lm, tiny_records(36), tmp_path / "p", cfg, progress=False, fitter=CRMFitter())
+    # CRM asked without its fitter (the audit core never imports it): refused, naming it
+    with pytest.raises(InputError, match=r"no fitter.*CRMFitter"):
+        calibrate_profile(lm, tiny_records(36), tmp_path / "q", cfg, progress=False)
 
 
 def test_labels_given_with_some_records_unlabelled_is_refused_on_both_backends(tmp_path: Path) -> None:
     """`--labels given` on the shipped kind of input, whose knowledge-conflict records carry no label:
     an error naming the first unlabelled record and how many, before any model or server call, never
     an all-clean calibration."""
-    from mnemoscope.audit.calibrate import calibrate_profile
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
+    from mnemoscope.audit.calibrate import calibrate, calibrate_profile
     from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
     from mnemoscope.data.records import Record
 
     recs = [Record(id=f"m{i}", context="c", query="q", label=i % 2) for i in range(6)]
@@ -464,5 +471,5 @@ def test_labels_given_with_some_records_unlabelled_is_refused_on_both_backends(t
         calibrate_profile(NoCalls(), recs, tmp_path / "p", CalibrationConfig(labels="given"))
     assert e.value.record == "conflict-0" and e.value.field == "label"
     with pytest.raises(InputError, match=r"3 of 9 records have no label") as e2:
-        calibrate_endpoint_profile(NoCalls(), recs, tmp_path / "e", EndpointCalibrationConfig(labels="given"))
+        calibrate(EndpointTracer(NoCalls()), recs, tmp_path / "e", CalibrationConfig(labels="given"))
     assert e2.value.record == "conflict-0"

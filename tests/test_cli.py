@@ -306,7 +306,7 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
         seen.append((len(records), config))
         raise Stop
 
-    monkeypatch.setattr(cal, "calibrate_profile", fake)
+    monkeypatch.setattr(cal, "calibrate", fake)
     base = [
         "--quiet",
         "calibrate",

@@ -382,10 +382,19 @@ def test_no_api_key_in_stored_profile(endpoint_profile):
 
 
 def test_calibrate_needs_valid_signals():
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig
+    from mnemoscope.audit.calibrate import calibrate
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
+    from mnemoscope.data.records import Record
 
-    with pytest.raises(InputError, match="hidden states"):
-        EndpointCalibrationConfig(verdict_candidates=("repcs_z", "crm_probability"))
+    recs = [Record(id=f"r{i}", context="c", query="q", label=i % 2) for i in range(4)]
+    with pytest.raises(InputError, match="hidden states"):  # before any server call
+        calibrate(
+            EndpointTracer(None),
+            recs,
+            "unused",
+            CalibrationConfig(verdict_candidates=("repcs_z", "crm_probability")),
+        )
 
 
 def test_audit_service_with_a_served_model(client, endpoint_profile, tmp_path):

@@ -23,6 +23,7 @@ from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, AuditR
 from mnemoscope.audit.calibrate import calibrate_profile
 from mnemoscope.audit.profile import CalibrationConfig, ProfileError, load_profile
 from mnemoscope.errors import InputError, ModelMismatchError
+from mnemoscope.pipelines.crm.fitter import CRMFitter
 from mnemoscope.server.app import create_app
 from mnemoscope.server.batcher import Batcher, QueueFull, ShuttingDown
 from mnemoscope.server.config import hash_key, load_settings
@@ -266,6 +267,7 @@ def profile_dir(lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         # fit on all 48 (counts below), with CRM: these tests read its artefact and audit block
         CalibrationConfig(max_new_tokens=4, chat=False, held_out_fraction=0, with_crm=True),
         progress=False,
+        fitter=CRMFitter(),
     )
     return out
 
@@ -311,6 +313,7 @@ def test_calibration_bad_input(lm: Any, tmp_path: Path) -> None:
             tmp_path / "q",
             CalibrationConfig(max_new_tokens=2, chat=False, classifier="lr"),
             progress=False,
+            fitter=CRMFitter(),
         )
 
 

@@ -17,6 +17,7 @@ from mnemoscope.audit.auditor import Auditor, AuditRequest, AuditResult
 from mnemoscope.audit.calibrate import calibrate_profile
 from mnemoscope.audit.profile import CalibrationConfig, load_profile
 from mnemoscope.data.records import read_records
+from mnemoscope.pipelines.crm.fitter import CRMFitter
 from mnemoscope.server.app import create_app
 from mnemoscope.server.config import load_settings
 from mnemoscope.server.storage import open_store
@@ -33,7 +34,12 @@ def real_profile(real_lm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path
     out = tmp_path_factory.mktemp("real-profile")
     # with CRM: the test checks its target layers and audit block (the default fits none)
     calibrate_profile(
-        real_lm, clean + memory, out, CalibrationConfig(max_new_tokens=16, with_crm=True), progress=False
+        real_lm,
+        clean + memory,
+        out,
+        CalibrationConfig(max_new_tokens=16, with_crm=True),
+        progress=False,
+        fitter=CRMFitter(),
     )
     return out
 

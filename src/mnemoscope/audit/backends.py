@@ -386,7 +386,7 @@ class EndpointBackend:
     def closed_book(self, trace: PairTrace) -> PairTrace:
         """The trace with the model's closed-book greedy answer: one more generation on the
         no-context prompt, of the profile's T tokens, the same request calibration made
-        (:func:`~mnemoscope.audit.endpoint_calibration.trace_with_closed_book`), so the audits' signal is the
+        (:func:`~mnemoscope.audit.tracing.trace_with_closed_book`), so the audits' signal is the
         one the threshold was certified on."""
         T = self.profile.max_new_tokens
         text = str(self.client.completion(trace.prompt_without, max_tokens=T).get("text", ""))

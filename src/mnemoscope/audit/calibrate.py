@@ -1,18 +1,31 @@
-"""Calibrating an audit profile: fit RePCS's tau, the token margin and the verdict model (and,
-with ``with_crm``, CRM + its anomaly rule) on labelled records (``mnemoscope calibrate``; the
-endpoint variant is :func:`mnemoscope.audit.endpoint_calibration.calibrate_endpoint_profile`, which calls
-:func:`fit_verdict`).
+"""Calibrating an audit profile: one pipeline for every backend (``mnemoscope calibrate``).
 
-**What is traced.** Each record once, both paths and the closed-book answer decoded together in
-padded batches (:mod:`mnemoscope.trace.lockstep`, the audits' own decoder). The hidden states
-are traced, and CRM fitted, only with ``with_crm`` (``calibrate --with-crm``, or a CRM signal
-asked for): the default verdict's signals are black-box, and the hidden states would cost the
-tracing and every later read of the folder for a CRM nobody uses.
+:func:`calibrate` draws the records (:mod:`mnemoscope.audit.draw`, with ``per_class``), traces
+them once through a :class:`~mnemoscope.audit.tracing.CalibrationTracer` (resumable, under
+``out/traces``; the closed-book answer included), verifies their labels on the model being
+calibrated (:mod:`mnemoscope.bench.label_check`), splits the kept ones by fact into a
+calibration and a held-out part (:func:`~mnemoscope.audit.validation.split_by_fact`), fits
+RePCS's tau, the token margin and the verdict model on the calibration part (its conformal
+threshold certified on clean answers it is not fitted on), writes ``profile.json``, scores the
+stored held-out traces with the saved profile (:meth:`Auditor.score
+<mnemoscope.audit.auditor.Auditor.score>`, no second model call) and writes the validation card
+(:mod:`mnemoscope.audit.validation`).
 
-:func:`fit_verdict` is the one place the verdict model and the token margin are fitted: the
-profile build, the endpoint calibration and ``benchmarks/verdict_eval.py`` (on each training
-fold) call it. The anomaly rule and the profile format are described in
-:mod:`mnemoscope.audit.profile`.
+In process and over an endpoint differ only in the tracer: :class:`~mnemoscope.audit.tracing.LocalTracer`
+(lockstep decoding, no hidden states unless a fitter reads them; its engine is the seam where a
+Ray engine plugs in) or :class:`~mnemoscope.audit.tracing.EndpointTracer`. :func:`calibrate_profile`
+is the in-process call kept for its many callers.
+
+**Signals beyond the default.** A :class:`SignalFitter` fits what the black-box default does not
+compute: CRM (its directions, classifier and anomaly rule, ``crm.npz``) is
+:class:`mnemoscope.pipelines.crm.fitter.CRMFitter`, which the command line passes in only when
+CRM is asked (``--with-crm``, ``--verdict-signals crm_probability``, a CRM option); the audit
+core never imports it. A fitter that reads hidden states makes the local tracer keep them; an
+endpoint serves none and refuses it.
+
+:func:`fit_verdict` is the one place the verdict model and the token margin are fitted: this
+pipeline and ``benchmarks/verdict_eval.py`` (on each training fold) call it. The anomaly rule and
+the profile format are described in :mod:`mnemoscope.audit.profile`.
 """
 
 from __future__ import annotations
@@ -20,26 +33,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from mnemoscope.audit.draw import draw_for_config
-from mnemoscope.audit.profile import (
-    PROFILE_FORMAT,
-    AnomalyRule,
-    AuditProfile,
-    CalibrationConfig,
-    chat_template_sha256,
-    load_profile,
-    profile_hash,
-)
+from mnemoscope.audit.profile import AuditProfile, CalibrationConfig, profile_hash
 from mnemoscope.audit.signals import answer_pieces, trace_signals
+from mnemoscope.audit.tracing import CalibrationTracer, CalibrationTraces, LocalTracer, PairEngine
 from mnemoscope.audit.validation import held_out_row, split_by_fact, write_validation
 from mnemoscope.bench.label_check import (
     LabelCheck,
@@ -53,17 +58,21 @@ from mnemoscope.detectors.verdict import VerdictModel
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import QUERY_MATCH
 from mnemoscope.io import atomic_write, canonical_json
-from mnemoscope.stats.conformal import conformal_upper
-from mnemoscope.trace.templates import default_stops
+from mnemoscope.trace.types import PairTrace
 
 __all__ = [
+    "FitInput",
+    "FitterResult",
+    "SignalFitter",
+    "calibrate",
     "calibrate_profile",
     "check_class_counts",
     "data_hash",
     "fit_verdict",
-    "oof_crm_probability",
     "record_groups",
+    "split_record",
     "token_margin",
+    "verdict_conformal_records",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,55 +112,64 @@ def record_groups(records: Sequence[Any]) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
-class _Labels:
-    """What a calibration without CRM reads of :class:`~mnemoscope.features.crm.CRMData`: the
-    labels (CRM's features are made of hidden states, which such a calibration does not trace)."""
+# -- fitters of signals beyond the default --------------------------------------------------------------
 
+
+@dataclass(frozen=True)
+class FitInput:
+    """What a :class:`SignalFitter` fits on: the calibration part, verified.
+
+    Attributes:
+        traces: the calibration part's traces (``answer_without``: the closed-book answer).
+        labels: the verified labels (1 = from memory), ``None`` for unlabelled input.
+        kinds: each record's item kind (``None`` when not given).
+        folder: the calibration's trace folder (a fitter may keep what it derives there, e.g.
+            sentence embeddings, keyed by record id).
+        model: the traced model's identity (``ModelInfo.to_dict()``).
+        settings: the pair settings the traces were made with.
+    """
+
+    traces: list[PairTrace]
     labels: np.ndarray | None
-    n: int
-
-    def __len__(self) -> int:
-        return self.n
-
-    def subset(self, idx: np.ndarray) -> _Labels:
-        ix = np.asarray(idx, int)
-        return _Labels(None if self.labels is None else self.labels[ix], len(ix))
-
-    def with_labels(self, labels: np.ndarray) -> _Labels:
-        return _Labels(np.asarray(labels, int), self.n)
+    kinds: list[str | None]
+    folder: Path
+    model: dict[str, Any]
+    settings: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class _PairsFolder:
-    """The traced pairs of a calibration without CRM (the shape :func:`_restrict` and
-    :func:`_fit_local` read of a :class:`~mnemoscope.pipelines.crm.extract.CRMFolder`)."""
+@dataclass
+class FitterResult:
+    """What a fitter adds to the profile.
 
-    data: _Labels
-    pairs: list[Any]
-    token_stats: None = None
+    Attributes:
+        header: header blocks (CRM: ``crm`` and ``anomaly``).
+        files: ``{name: bytes}`` saved next to ``profile.json`` and hashed with it (CRM: ``crm.npz``).
+        signals: verdict signals per calibration record (``{name: values}``), each measured
+            without the record it scores (out of fold) except on ``conformal_records``.
+        conformal_records: indices of the verdict's conformal set when the fitter drew it
+            (:func:`verdict_conformal_records`; the fitted model never saw them), else ``None``.
+    """
+
+    header: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    signals: dict[str, np.ndarray] = field(default_factory=dict)
+    conformal_records: np.ndarray | None = None
 
 
-def _pairs_folder(folder: Path) -> _PairsFolder:
-    from mnemoscope.trace.store import load_traces
+class SignalFitter(Protocol):
+    """Fits signals the black-box default does not compute (CRM:
+    :class:`mnemoscope.pipelines.crm.fitter.CRMFitter`)."""
 
-    pairs = list(load_traces(folder))
-    lab = [t.label for t in pairs]
-    labels = None if any(v is None for v in lab) else np.asarray(lab, dtype=np.int64)
-    return _PairsFolder(data=_Labels(labels, len(pairs)), pairs=pairs)
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the traces must carry hidden states (the local tracer keeps them; an endpoint
+        refuses)."""
+        ...
+
+    def fit(self, data: FitInput, config: CalibrationConfig) -> FitterResult: ...
 
 
-def _stored_hidden(folder: Path) -> bool | None:
-    """Whether the pair folder a resumed calibration finds holds hidden states (``None``: no
-    folder yet)."""
-    meta = folder / "meta.json"
-    if not meta.is_file():
-        return None
-    try:
-        settings = json.loads(meta.read_text()).get("settings") or {}
-    except json.JSONDecodeError:
-        return None  # TraceWriter names the corrupt file
-    return bool(settings.get("hidden", True))
+# -- the pipeline -----------------------------------------------------------------------------------------
 
 
 def calibrate_profile(
@@ -160,139 +178,177 @@ def calibrate_profile(
     out: str | Path,
     config: CalibrationConfig | None = None,
     *,
+    fitter: SignalFitter | None = None,
+    engine: PairEngine | None = None,
     input_errors: Sequence[RecordError] = (),
     progress: bool = True,
     overwrite: bool = False,
     traces_dir: str | Path | None = None,
-    timing_sample: int = 4,
+    timing_sample: int = 0,
 ) -> AuditProfile:
-    """Trace ``records`` once (resumable, under ``traces_dir`` or ``out/traces``; the closed-book
-    answer included), verify their labels on this model (``config.labels``), split the kept ones by
-    fact into a calibration and a held-out part, fit RePCS + the verdict model (+ CRM and its
-    anomaly rule with ``config.with_crm``) on the calibration part, save, then audit the held-out
-    part with the saved profile (scoring the traces; ``timing_sample`` held-out items are also
-    audited live to time an audit) and write the validation card
-    (:mod:`mnemoscope.audit.validation`).
+    """:func:`calibrate` in process: ``lm`` traced by a :class:`~mnemoscope.audit.tracing.LocalTracer`
+    (``engine``: what traces the records not yet in the folder; default this process)."""
+    return calibrate(
+        LocalTracer(lm, engine=engine),
+        records,
+        out,
+        config,
+        fitter=fitter,
+        input_errors=input_errors,
+        progress=progress,
+        overwrite=overwrite,
+        traces_dir=traces_dir,
+        timing_sample=timing_sample,
+    )
 
-    A trace folder already holding hidden states (an older calibration's, or one with CRM) is
-    resumed as it is, hidden states included.
+
+def calibrate(
+    tracer: CalibrationTracer,
+    records: Sequence[Any],
+    out: str | Path,
+    config: CalibrationConfig | None = None,
+    *,
+    fitter: SignalFitter | None = None,
+    input_errors: Sequence[Any] = (),
+    progress: bool = True,
+    overwrite: bool = False,
+    traces_dir: str | Path | None = None,
+    timing_sample: int = 0,
+) -> AuditProfile:
+    """Calibrate a profile through ``tracer`` into ``out`` (module doc) and return it, loaded.
+
+    ``fitter``: what fits the signals beyond the black-box default (CRM); required when
+    ``config.with_crm``. ``traces_dir``: where the traces go (default ``out/traces``; a re-run
+    resumes them). ``timing_sample``: how many held-out records to audit live, one at a time, to
+    time an audit (and compare it with the stored-trace scores: ``live_check``); 0 (default)
+    times none and the card says the audit time was not measured.
 
     Raises:
-        InputError: too few usable records, every item failing verification, too few verified
-            items per class (the counts named), a label vector that cannot fit what was asked
-            (a classifier needs both labels), no clean record to calibrate on, or CRM asked on a
-            trace folder made without hidden states.
+        InputError: partly labelled input with ``labels="given"``, unverifiable items with
+            ``"verify"`` (both before any model call); verdict signals this backend cannot
+            measure; CRM asked without a fitter, over an endpoint, or on a trace folder made
+            without hidden states; too few traced records or no clean one; every item failing
+            verification; too few verified items per class (the counts named).
+        EarlyStopError: over an endpoint, the first records all failed for the same cause.
     """
-    from mnemoscope.pipelines.crm.extract import CRMExtractConfig, extract, load_folder
-
     t0 = time.perf_counter()
     c = config or CalibrationConfig()
     if c.labels == "verify":
         check_verifiable(records)
     else:
         check_labelled(records)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    use_l1 = c.with_crm and "l1" in c.levels
-    tdir = Path(traces_dir) if traces_dir is not None else out / "traces"
-    stored_hidden = None if overwrite else _stored_hidden(tdir / "pairs")
-    if c.with_crm and stored_hidden is False:
+    bad = sorted(set(c.verdict_candidates) - set(tracer.signals))
+    if bad:
         raise InputError(
-            f"{tdir / 'pairs'} holds traces made without hidden states (a calibration without CRM), "
-            "and CRM is made of them: pass --overwrite to trace again, or another --out",
+            f"verdict signals {bad} need hidden states, unavailable over an endpoint; "
+            f"choose among {list(tracer.signals)}",
+            field="verdict_candidates",
+        )
+    if fitter is not None and not c.with_crm:
+        c = replace(c, with_crm=True)  # the profile records what was fitted
+    out = Path(out)
+    tdir = Path(traces_dir) if traces_dir is not None else out / "traces"
+    tracer.open(c, hidden=fitter is not None and fitter.needs_hidden, folder=tdir, overwrite=overwrite)
+    if c.with_crm and fitter is None:
+        raise InputError(
+            "CRM is asked (with_crm, a CRM classifier or the crm_probability signal) but no fitter "
+            "fits it: pass fitter=mnemoscope.pipelines.crm.fitter.CRMFitter()",
             field="with_crm",
         )
-    ex_cfg = CRMExtractConfig(
-        template=c.template,
-        task=c.task,  # type: ignore[arg-type]
-        chat=c.chat,
-        max_new_tokens=c.max_new_tokens,
-        batch_size=c.batch_size,
-        attention_flow=False,
-        static=False,
-        logit_lens=False,
-        gradient_norm=False,
-        embedder=c.embedder if use_l1 else "none",
-        hidden=c.with_crm or bool(stored_hidden),
-        decode="lockstep",
-    ).resolved(lm)
-    stops = tuple(c.stop) if c.stop is not None else default_stops(bool(ex_cfg.chat))
-    if stops and "stop" in {f.name for f in fields(ex_cfg)}:
-        ex_cfg = replace(ex_cfg, stop=stops)  # type: ignore[call-arg,unused-ignore]
-    from mnemoscope.trace.store import stored_ids
-
+    out.mkdir(parents=True, exist_ok=True)
     # traces a resumed run reuses (their tracing time is not in this run's wall time)
-    before = set() if overwrite else stored_ids(tdir / "pairs")
-    draw, pool = None, records
+    before = set() if overwrite else tracer.done_ids(tdir)
+    pool, draw, draw_seconds = records, None, [0.0]
     if c.per_class is not None:
-        from mnemoscope.trace.store import load_answers
-
         first = [overwrite]
 
         def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str | None]]:
-            extract(lm, chosen, tdir, ex_cfg, overwrite=first[0], progress=progress)
+            ts = time.perf_counter()
+            got = tracer.answers(chosen, tdir, overwrite=first[0], progress=progress)
             first[0] = False
-            # the answers only: not every trace of every round read back, arrays included
-            return load_answers(tdir / "pairs", [r.id for r in chosen])
+            draw_seconds[0] += time.perf_counter() - ts
+            return got
 
         draw = draw_for_config(c, records, answers_for, progress=progress)
         records, overwrite = draw.records, False
-    summary = extract(
-        lm, records, tdir, ex_cfg, input_errors=input_errors, overwrite=overwrite, progress=progress
+    traced = tracer.trace(records, tdir, overwrite=overwrite, progress=progress)
+    check = verify_labels(
+        traced.records, {t.id: (t.answer_with, t.answer_without) for t in traced.traces}, mode=c.labels
     )
-    folder: Any = load_folder(tdir, keep_without=False) if c.with_crm else _pairs_folder(tdir / "pairs")
-    by_id = {r.id: r for r in records}
-    idx = [i for i, t in enumerate(folder.pairs) if t.id in by_id]
-    answers = {folder.pairs[i].id: (folder.pairs[i].answer_with, folder.pairs[i].answer_without) for i in idx}
-    check = verify_labels([by_id[folder.pairs[i].id] for i in idx], answers, mode=c.labels)
     if c.labels == "verify":
         check_class_counts(check, c.min_per_class)
     dec = {d.id: d for d in check.decisions}
-    keep = [i for i in idx if dec[folder.pairs[i].id].keep]
-    labels_all = [dec[folder.pairs[i].id].label for i in keep]
-    has_labels = all(v is not None for v in labels_all)
-    folder_v = _restrict(folder, keep, labels_all if has_labels else None)
-    kept_records = [by_id[t.id] for t in folder_v.pairs]
-    cal, ho = np.arange(len(keep)), np.array([], int)
-    if has_labels and len(set(labels_all)) == 2:
-        cal, ho = split_by_fact(
-            labels_all, record_groups(kept_records), seed=c.seed, fraction=c.held_out_fraction
-        )
-    folder_fit = _restrict(folder_v, cal.tolist(), None if not has_labels else [labels_all[i] for i in cal])
-    header = _fit_local(lm, folder_fit, c, ex_cfg, out, kinds=[dec[t.id].kind for t in folder_fit.pairs])
-    header["layout"] = {
-        "prompt": header["prompt"],
-        "chat_template_sha256": chat_template_sha256(
-            getattr(lm.tokenizer, "chat_template", None) if header["prompt"].get("chat") else None
-        ),
-        "max_new_tokens": c.max_new_tokens,
-        "stop": list(stops),
-    }
-    header["labels"] = check.summary()
-    if draw is not None:
-        header["draw"] = draw.summary()
-    split = _split_record(c, [folder_v.pairs[i].id for i in ho], labels_all, cal, ho)
-    header["split"] = split
-    header["data"].update(
-        {
-            "sha256": data_hash(pool),
-            "n_records": len(pool) + len(input_errors),
-            "n_traced": len(idx),
-            "n_traces_reused": sum(folder.pairs[i].id in before for i in idx),
-            "n_verified": len(keep),
-            "n_clean": len(keep) if not has_labels else sum(v == 0 for v in labels_all),
-            "n_memory": None if not has_labels else sum(v == 1 for v in labels_all),
-            "n_errors": summary.get("n_errors", 0),
-        }
+    keep = [i for i, t in enumerate(traced.traces) if dec[t.id].keep]
+    pairs_v = [traced.traces[i] for i in keep]
+    pieces_v = [traced.pieces[i] for i in keep]
+    recs_v = [traced.records[i] for i in keep]
+    labels_list = [dec[t.id].label for t in pairs_v]
+    has_labels = all(v is not None for v in labels_list)
+    cal, ho = np.arange(len(pairs_v)), np.array([], int)
+    if has_labels and len(set(labels_list)) == 2:
+        cal, ho = split_by_fact(labels_list, record_groups(recs_v), seed=c.seed, fraction=c.held_out_fraction)
+    labels = np.array([labels_list[i] for i in cal], dtype=int) if has_labels else None
+    fit_part = _fit(
+        tracer,
+        [pairs_v[i] for i in cal],
+        [pieces_v[i] for i in cal],
+        labels,
+        [dec[pairs_v[i].id].kind for i in cal],
+        c,
+        fitter,
+        tdir,
+        traced,
     )
-    if not c.with_crm:  # a crm.npz of an earlier calibration into this folder is no part of this profile
-        (out / "crm.npz").unlink(missing_ok=True)
-    header["profile_hash"] = profile_hash(header, (out / "crm.npz").read_bytes() if c.with_crm else None)
+    split = split_record(c, [pairs_v[i].id for i in ho], labels_list, cal, ho)
+    header: dict[str, Any] = {
+        **tracer.header(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": asdict(c),
+        **fit_part.header,
+        "labels": check.summary(),
+        **({} if draw is None else {"draw": draw.summary()}),
+        "split": split,
+    }
+    header["data"] = {
+        "sha256": data_hash(pool),
+        "n_records": len(pool) + len(input_errors),
+        "n_traced": len(traced.traces),
+        "n_traces_reused": sum(t.id in before for t in traced.traces),
+        "n_verified": len(pairs_v),
+        **header["data"],
+        "n_clean": len(pairs_v) if not has_labels else sum(v == 0 for v in labels_list),
+        "n_memory": None if not has_labels else sum(v == 1 for v in labels_list),
+        "n_errors": len(traced.failures) + len(input_errors),
+        "failures": traced.failures[:50],
+        "seconds": round(traced.seconds + draw_seconds[0], 1),
+    }
+    # files of an earlier calibration into this folder that this profile does not have go
+    (out / "crm.npz").unlink(missing_ok=True)
+    for name, data in fit_part.files.items():
+        atomic_write(out / name, data)
+    artefact = b"".join(fit_part.files[k] for k in sorted(fit_part.files)) if fit_part.files else None
+    header["profile_hash"] = profile_hash(header, artefact)
     atomic_write(out / "profile.json", json.dumps(header, indent=1, default=str))
-    prof = load_profile(out, model=lm.info)
+    prof = tracer.load_profile(out)
     fit_seconds = time.perf_counter() - t0
-    gold = {r.id: gold_answers(r, dec[r.id].label) for r in kept_records}
-    rows, audit_seconds, live = _held_out_local(lm, prof, folder_v, dec, ho, timing_sample, gold)
+    rows: list[dict[str, Any]] = []
+    audit_seconds, live = None, None
+    if len(ho):
+        auditor = tracer.auditor(prof)
+        for i in ho:
+            t = pairs_v[i]
+            rows.append(
+                held_out_row(
+                    dec[t.id],
+                    auditor.score(t, pieces_v[i]).to_dict(),
+                    context=t.context,
+                    query=t.query,
+                    gold=gold_answers(recs_v[i], dec[t.id].label),
+                )
+            )
+        sample = [pairs_v[i] for i in ho[: max(0, timing_sample)]]
+        if sample:
+            audit_seconds, live = _timed_audits(auditor, sample, rows)
     write_validation(
         out,
         prof,
@@ -301,14 +357,97 @@ def calibrate_profile(
         split=split,
         calibration_seconds=fit_seconds,
         audit_seconds=audit_seconds,
-        extra={"live_check": live},
+        extra={
+            "live_check": live,
+            **(
+                {}
+                if audit_seconds is not None
+                else {
+                    "audit_seconds_note": "not measured: the held-out figures score the calibration traces "
+                    "(no second generation), and no live audit was timed (calibrate --time-audits N)"
+                }
+            ),
+        },
     )
-    return load_profile(out, model=lm.info)
+    return tracer.load_profile(out)  # type: ignore[no-any-return]
 
 
-def _split_record(
+@dataclass
+class _Fitted:
+    header: dict[str, Any]
+    files: dict[str, bytes]
+
+
+def _fit(
+    tracer: CalibrationTracer,
+    pairs: list[PairTrace],
+    pieces: list[list[str]],
+    labels: np.ndarray | None,
+    kinds: list[str | None],
+    c: CalibrationConfig,
+    fitter: SignalFitter | None,
+    folder: Path,
+    traced: CalibrationTraces,
+) -> _Fitted:
+    """Fit the fitter's signals (CRM), RePCS, the token margin and the verdict on the calibration
+    part; the header blocks they make."""
+    n = len(pairs)
+    if n < 4:
+        why = "; ".join(str(f["message"]) for f in traced.failures[:3])
+        raise InputError(
+            f"calibration needs at least 4 traced records, got {n}" + (f" ({why})" if why else "")
+        )
+    clean = np.ones(n, bool) if labels is None else labels == 0
+    n_clean = int(clean.sum())
+    if n_clean < 2:
+        raise InputError(
+            f"calibration needs at least 2 clean records (label 0, or unlabelled input); got {n_clean}",
+            field="label",
+        )
+    extra = FitterResult()
+    if fitter is not None:
+        h = tracer.header()
+        settings = {**h.get("prompt", {}), "max_new_tokens": c.max_new_tokens}
+        extra = fitter.fit(FitInput(pairs, labels, kinds, folder, tracer.model_info(), settings), c)
+    repcs = tracer.repcs(c)
+    repcs.fit(pairs, labels)
+    margin, verdict = fit_verdict(
+        None,
+        pairs,
+        labels,
+        repcs,
+        c,
+        pieces=pieces,
+        conformal_records=extra.conformal_records,
+        kinds=kinds,
+        signals=extra.signals,
+    )
+    header = {
+        **extra.header,
+        "repcs": tracer.repcs_record(repcs),
+        # the three-way source follows the answer-bearing words (audit.verdict.decide_source_facts)
+        "source_rule": "facts",
+        "token_attribution": {
+            "margin": margin,
+            "quantile": c.token_margin_quantile,
+            "query_match": QUERY_MATCH,  # how context_token_fraction finds query words (attribution)
+            "note": "a word is context-supported when log p(word | c, q) - log p(word | q) exceeds the margin",
+        },
+        "verdict": None if verdict is None else verdict.to_dict(),
+        "data": {
+            "n_fit": n,
+            "n_fit_clean": n_clean,
+            "n_fit_memory": None if labels is None else int((labels == 1).sum()),
+        },
+    }
+    return _Fitted(header, dict(extra.files))
+
+
+def split_record(
     c: CalibrationConfig, held_ids: list[str], labels: list[int | None], cal: np.ndarray, ho: np.ndarray
 ) -> dict[str, Any]:
+    """How the verified items were split (the profile's and the card's ``split``)."""
+
     def n(ix: np.ndarray) -> dict[str, int]:
         lab = [labels[i] for i in ix]
         return {"memory": sum(v == 1 for v in lab), "context": sum(v == 0 for v in lab)}
@@ -326,51 +465,13 @@ def _split_record(
     }
 
 
-def _restrict(folder: Any, idx: Sequence[int], labels: Sequence[int | None] | None) -> Any:
-    ix = np.asarray(list(idx), int)
-    data = folder.data.subset(ix)
-    if labels is not None:
-        data = data.with_labels(np.asarray(labels, int))
-    ts = folder.token_stats
-    return replace(
-        folder,
-        data=data,
-        pairs=[folder.pairs[i] for i in ix],
-        token_stats=None if ts is None else [ts[i] for i in ix],
-    )
-
-
-def _held_out_local(
-    lm: Any,
-    prof: AuditProfile,
-    folder: Any,
-    dec: dict[str, Any],
-    ho: np.ndarray,
-    timing_sample: int,
-    gold: dict[str, list[str]] | None = None,
-) -> tuple[list[dict[str, Any]], float | None, dict[str, Any] | None]:
-    """Audit the held-out traces with the saved profile; time ``timing_sample`` live audits."""
-    from mnemoscope.audit.auditor import Auditor
+def _timed_audits(
+    auditor: Any, sample: Sequence[PairTrace], rows: Sequence[Mapping[str, Any]]
+) -> tuple[float, dict[str, Any]]:
+    """Audit ``sample`` live (generation + scoring, one request at a time): the wall seconds per
+    audit, and how the live audits compare with the stored-trace scores of the same records."""
     from mnemoscope.audit.requests import AuditFailure, AuditRequest
 
-    if not len(ho):
-        return [], None, None
-    auditor = Auditor(lm, prof, batch_size=1)
-    rows = []
-    for i in ho:
-        t = folder.pairs[i]
-        rows.append(
-            held_out_row(
-                dec[t.id],
-                auditor.score(t).to_dict(),
-                context=t.context,
-                query=t.query,
-                gold=(gold or {}).get(t.id, ()),
-            )
-        )
-    sample = [folder.pairs[i] for i in ho[: max(0, timing_sample)]]
-    if not sample:
-        return rows, None, None
     t0 = time.perf_counter()
     live = auditor.audit([AuditRequest(t.context, t.query, id=t.id) for t in sample])
     secs = (time.perf_counter() - t0) / len(sample)
@@ -386,184 +487,15 @@ def _held_out_local(
         not isinstance(res, AuditFailure) and res.answer == stored[t.id]["answer"]
         for t, res in zip(sample, live, strict=True)
     )
-    return (
-        rows,
-        secs,
-        {
-            "n": len(sample),
-            "same_answer": same,
-            "max_abs_p_memory_diff": max(diffs) if diffs else None,
-            "note": "live Auditor.audit of these held-out items vs the stored trace-scored rows",
-        },
-    )
-
-
-def _fit_crm_part(
-    folder: Any, c: CalibrationConfig, out: Path, kinds: Sequence[str | None] | None
-) -> tuple[dict[str, Any], np.ndarray | None, np.ndarray | None]:
-    """Fit CRM + its anomaly rule on ``folder`` (a :class:`~mnemoscope.pipelines.crm.extract.CRMFolder`)
-    and save ``crm.npz``: the header's ``crm`` and ``anomaly`` blocks, the verdict's conformal
-    records and CRM's probability per record (both ``None`` unless ``crm_probability`` is a
-    verdict candidate)."""
-    from mnemoscope.detectors.crm_artifact import save_crm
-    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
-    from mnemoscope.pipelines.crm.run import fit_crm
-
-    data, pairs = folder.data, folder.pairs
-    n = len(data)
-    labels = data.labels
-    clean = np.ones(n, bool) if labels is None else labels == 0
-    two_classes = labels is not None and len(np.unique(labels)) == 2
-    kind = c.classifier
-    if kind == "auto":
-        kind = "lr" if two_classes else "none"
-    if kind != "none" and not two_classes:
-        raise InputError(
-            f"a {kind} classifier needs records of both labels (0 = clean, 1 = from memory)", field="label"
-        )
-
-    # With CRM's classifier as a verdict signal, the verdict's conformal set is drawn first and
-    # the CRM the audits use is fitted without it: its probability on those records is then
-    # what a new request gets, so the conformal threshold holds for audits (an out-of-fold
-    # probability from other CRMs is a different score function; docs/calibrate.md).
-    crm_signal = "crm_probability" in c.verdict_candidates and kind != "none" and labels is not None
-    conf_records = _verdict_conformal_records(pairs, labels, c, kinds) if crm_signal else None
-    # held-out clean records set the anomaly threshold; the rest fit directions and mu/sigma
-    rng = np.random.default_rng(c.seed)
-    clean_idx = np.flatnonzero(clean)
-    n_clean = len(clean_idx)
-    n_hold = round(c.threshold_fraction * n_clean) if c.rule == "calibrated" else 0
-    n_hold = min(n_hold, n_clean - 2)
-    hold = np.sort(rng.permutation(clean_idx)[:n_hold]) if n_hold > 0 else np.array([], int)
-    if conf_records is not None and c.rule == "calibrated":
-        hold = conf_records  # one held-out clean set for both thresholds: the CRM sees neither
-    fit_mask = np.ones(n, bool)
-    fit_mask[hold] = False
-    if conf_records is not None:
-        fit_mask[conf_records] = False
-    if kind != "none" and len(np.unique(np.asarray(data.labels)[fit_mask])) < 2:
-        raise InputError("after holding out clean records for the threshold only one label is left")
-    crm = fit_crm(
-        replace(folder, data=data.subset(fit_mask)),
-        classifier=kind,
-        eval_config=CRMEvalConfig(
-            direction=c.direction, variance_threshold=c.variance_threshold, seed=c.seed
-        ),
-        levels=c.levels,
-        cv=False,
-    )
-    # anomaly reference: the clean fit records
-    fit_clean = clean & fit_mask
-    lts_clean = crm.lts(data.disp[fit_clean])
-    crm.lts_mean = lts_clean.mean(0)
-    crm.lts_std = lts_clean.std(0, ddof=1) if len(lts_clean) > 1 else np.ones(lts_clean.shape[1])
-    threshold: float | None = None
-    if c.rule == "calibrated" and len(hold):
-        scores = [crm.anomaly(lts, c.k_sigma)[2] for lts in crm.lts(data.disp[hold])]
-        threshold = conformal_upper(scores, c.alpha)
-    rule = AnomalyRule(
-        k_sigma=c.k_sigma,
-        rule=c.rule,
-        alpha=c.alpha,
-        score_threshold=None if threshold is None or math.isinf(threshold) else threshold,
-        n_threshold=len(hold),
-    )
-    save_crm(crm, out / "crm.npz")
-
-    crm_prob = None
-    if conf_records is not None:
-        # the verdict fits on out-of-fold probabilities of the records outside its conformal set
-        # (CRMs that never see the conformal set) and certifies on the audits' own CRM
-        crm_prob = np.zeros(n)
-        rest = np.setdiff1d(np.arange(n), conf_records)
-        crm_prob[rest] = oof_crm_probability(replace(folder, data=data.subset(rest)), kind, c)
-        if len(conf_records):
-            crm_prob[conf_records] = crm.predict_proba(data.subset(conf_records))
-    part = {
-        "crm": {
-            "file": "crm.npz",
-            "content_hash": crm.content_hash,
-            "classifier": crm.classifier,
-            "levels": list(c.levels),
-            "layers": crm.layers.tolist(),
-        },
-        "anomaly": {
-            **asdict(rule),
-            "threshold_note": (
-                "conformal upper quantile of held-out clean scores"
-                if rule.score_threshold is not None
-                else (
-                    "paper rule: any flagged layer"
-                    if c.rule == "paper"
-                    else f"too few held-out clean records ({len(hold)}) for alpha={c.alpha}; "
-                    "falls back to the paper rule (any flagged layer)"
-                )
-            ),
-        },
+    return secs, {
+        "n": len(sample),
+        "same_answer": same,
+        "max_abs_p_memory_diff": max(diffs) if diffs else None,
+        "note": "live Auditor.audit of these held-out items vs the stored trace-scored rows",
     }
-    return part, conf_records, crm_prob
 
 
-def _fit_local(
-    lm: Any,
-    folder: Any,
-    c: CalibrationConfig,
-    ex_cfg: Any,
-    out: Path,
-    kinds: Sequence[str | None] | None = None,
-) -> dict[str, Any]:
-    """Fit RePCS + the verdict model (+ CRM and its anomaly rule with ``c.with_crm``, saved to
-    ``crm.npz``) on ``folder``; the header."""
-    from mnemoscope.detectors.repcs import RePCS
-
-    data, pairs = folder.data, folder.pairs
-    n = len(data)
-    if n < 4:
-        raise InputError(f"calibration needs at least 4 traced records, got {n}")
-    labels = data.labels
-    clean = np.ones(n, bool) if labels is None else labels == 0
-    n_clean = int(clean.sum())
-    if n_clean < 2:
-        raise InputError(
-            f"calibration needs at least 2 clean records (label 0, or unlabelled input); got {n_clean}",
-            field="label",
-        )
-    crm_part: dict[str, Any] = {"crm": None, "anomaly": None}
-    conf_records = crm_prob = None
-    if c.with_crm:
-        crm_part, conf_records, crm_prob = _fit_crm_part(folder, c, out, kinds)
-
-    repcs = RePCS(alpha=c.repcs_alpha, max_steps=c.max_new_tokens)
-    repcs.fit(pairs, None if labels is None else labels)
-    rec = repcs.calibration_record()
-    margin, verdict = fit_verdict(
-        lm, pairs, labels, repcs, c, crm_prob, conformal_records=conf_records, kinds=kinds
-    )
-
-    return {
-        "format": PROFILE_FORMAT,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": lm.info.to_dict(),
-        "prompt": ex_cfg.pair_config().builder.to_dict(),
-        "max_new_tokens": c.max_new_tokens,
-        "config": asdict(c),
-        **crm_part,
-        "repcs": rec,
-        # the three-way source follows the answer-bearing words (pipelines.verdict.decide_source_facts)
-        "source_rule": "facts",
-        "token_attribution": {
-            "margin": margin,
-            "quantile": c.token_margin_quantile,
-            "query_match": QUERY_MATCH,  # how context_token_fraction finds query words (attribution)
-            "note": "a word is context-supported when log p(word | c, q) - log p(word | q) exceeds the margin",
-        },
-        "verdict": None if verdict is None else verdict.to_dict(),
-        "data": {
-            "n_fit": n,
-            "n_fit_clean": n_clean,
-            "n_fit_memory": None if labels is None else int((labels == 1).sum()),
-        },
-    }
+# -- the verdict ----------------------------------------------------------------------------------------
 
 
 def _verdict_model(c: CalibrationConfig, candidates: Sequence[str] | None = None) -> VerdictModel:
@@ -594,7 +526,7 @@ def _verdict_groups(
     return [str(kinds[i] or "unknown") for i in keep]
 
 
-def _verdict_conformal_records(
+def verdict_conformal_records(
     pairs: Sequence[Any],
     labels: np.ndarray,
     c: CalibrationConfig,
@@ -609,34 +541,6 @@ def _verdict_conformal_records(
         return keep
     groups = _verdict_groups(pairs, kinds, rows, c)
     return keep[_verdict_model(c).conformal_split(np.asarray(labels)[keep], groups)]
-
-
-def oof_crm_probability(folder: Any, kind: str, c: CalibrationConfig, n_splits: int = 5) -> np.ndarray:
-    """CRM's classifier probability for every calibration record, each from a CRM fitted without it.
-
-    The verdict model may only combine a fitted signal measured out of fold: an in-sample
-    probability would look better than it is on new requests.
-    """
-    from sklearn.model_selection import StratifiedKFold
-
-    from mnemoscope.pipelines.crm.eval import CRMEvalConfig
-    from mnemoscope.pipelines.crm.run import fit_crm
-
-    data = folder.data
-    y = np.asarray(data.labels)
-    oof = np.zeros(len(y))
-    for tr, te in StratifiedKFold(n_splits, shuffle=True, random_state=c.seed).split(np.zeros(len(y)), y):
-        m = fit_crm(
-            replace(folder, data=data.subset(tr)),
-            classifier=kind,
-            eval_config=CRMEvalConfig(
-                direction=c.direction, variance_threshold=c.variance_threshold, seed=c.seed
-            ),
-            levels=c.levels,
-            cv=False,
-        )
-        oof[te] = m.predict_proba(data.subset(te))
-    return oof
 
 
 def token_margin(
@@ -671,6 +575,7 @@ def fit_verdict(
     pieces: Sequence[Sequence[str]] | None = None,
     conformal_records: np.ndarray | None = None,
     kinds: Sequence[str | None] | None = None,
+    signals: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[float, VerdictModel | None]:
     """The token margin (from memorized answers) and the verdict model (needs both labels).
 
@@ -679,8 +584,9 @@ def fit_verdict(
     conformal set, when the caller drew it (default: the verdict's own seeded draw).
     ``kinds``: each record's item kind; with ``c.certify == "per-kind"`` the threshold is
     certified within every kind (:meth:`VerdictModel.fit`, ``groups``).
-    ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the endpoint
-    backend passes the server's, with ``lm=None``).
+    ``pieces``: each answer's token texts (default: decoded by ``lm.tokenizer``; the calibration
+    passes its tracer's, with ``lm=None``). ``signals``: further fitted signals per record
+    (``{name: values}``, a :class:`SignalFitter`'s; ``crm_oof`` is ``crm_probability``'s).
     """
     if pieces is None:
         pieces = [answer_pieces(lm.tokenizer, t.answer_ids) for t in pairs]
@@ -689,9 +595,12 @@ def fit_verdict(
         return margin, None
     keep = _verdict_rows(pairs)
     rows = [trace_signals(pairs[i], pieces[i], margin=margin, repcs=repcs)[0] for i in keep]
+    fitted = dict(signals or {})
     if crm_oof is not None:
+        fitted["crm_probability"] = np.asarray(crm_oof)
+    for name, values in fitted.items():
         for r, i in zip(rows, keep, strict=True):
-            r["crm_probability"] = float(crm_oof[i])
+            r[name] = float(values[i])
     cands = tuple(k for k in c.verdict_candidates if k in rows[0])
     if not cands:
         raise InputError(

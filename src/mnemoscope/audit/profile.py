@@ -72,6 +72,7 @@ __all__ = [
     "check_layout",
     "default_profile_path",
     "estimate_calibration_seconds",
+    "load_endpoint_profile",
     "load_profile",
 ]
 
@@ -492,6 +493,11 @@ def load_profile(
         # when the card was written: `profile show` and the audits never disagree
         prof.validation = {**prof.validation, "profile_status": profile_status(prof)}
     return prof
+
+
+def load_endpoint_profile(path: str | Path) -> AuditProfile:
+    """:func:`load_profile` refusing an in-process profile."""
+    return load_profile(path, backend="endpoint")
 
 
 def _verdict_of(header: dict[str, Any]) -> VerdictModel | None:

@@ -5,8 +5,10 @@ with a validation card (registered by :mod:`mnemoscope.cli.serve_cmd`); ``--auto
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +162,14 @@ def register(sub: Any) -> None:
     c.add_argument("--on-error", choices=["skip", "raise"], default="skip")
     c.add_argument("--overwrite", action="store_true", help="discard traces already extracted")
     c.add_argument("--json", action="store_true", help="print the validation card as JSON")
+    c.add_argument(
+        "--time-audits",
+        type=int,
+        default=0,
+        metavar="N",
+        help="audit N held-out records live, one at a time, to time an audit for the card (default 0: the "
+        "held-out figures score the calibration traces, and the card says the audit time was not measured)",
+    )
     add_endpoint_args(c, prompts=True)
     c.set_defaults(func=run)
 
@@ -213,9 +223,12 @@ def sample_records(records: list[Any], n: int | None, seed: int) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mnemoscope.audit.calibrate import calibrate_profile
-    from mnemoscope.audit.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS, CalibrationConfig
+    """One body for both backends: the model in process (``--model``) or behind ``--endpoint``
+    only changes the tracer handed to :func:`mnemoscope.audit.calibrate.calibrate`."""
+    from mnemoscope.audit import calibrate as cal
+    from mnemoscope.audit.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
     from mnemoscope.data.records import read_records
+    from mnemoscope.errors import InputError
 
     path = args.input
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
@@ -230,23 +243,39 @@ def run(args: argparse.Namespace) -> int:
     if args.per_class is None:
         records = sample_records(records, args.max_records, args.seed)
     t0 = time.perf_counter()
-    if args.endpoint and args.with_crm:
-        from mnemoscope.errors import InputError
-
+    cfg = calibration_config(args)
+    if args.endpoint and cfg.with_crm:
         raise InputError(
             "--with-crm needs the model's hidden states, and an endpoint serves none (only tokens and "
             "their log-probabilities come back over HTTP): calibrate in process (--model) to fit CRM",
             field="with_crm",
         )
-    if args.endpoint:
-        from mnemoscope.cli.endpoint_args import calibrate_endpoint
+    fitter = None
+    if cfg.with_crm:  # CRM is a research job: plugged in only when asked
+        from mnemoscope.pipelines.crm.fitter import CRMFitter
 
-        rc = calibrate_endpoint(args, records, errors)
-        if rc == 0:
-            from mnemoscope.audit.profile import load_profile
+        fitter = CRMFitter(progress=not args.quiet)
+    with _tracer(args) as tracer:
+        prof = cal.calibrate(
+            tracer,
+            records,
+            args.out,
+            cfg,
+            fitter=fitter,
+            input_errors=errors,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+            timing_sample=args.time_audits,
+        )
+    print(_summary(args.out, prof))
+    print_card(prof, args.json, time.perf_counter() - t0)
+    return 0
 
-            print_card(load_profile(args.out, backend=None), args.json, time.perf_counter() - t0)
-        return rc
+
+def calibration_config(args: argparse.Namespace) -> Any:
+    """The :class:`~mnemoscope.audit.profile.CalibrationConfig` of the command line (both backends)."""
+    from mnemoscope.audit.profile import CalibrationConfig
+
     d = CalibrationConfig()
     # CRM's options given on the command line ask for CRM (they configure nothing without it)
     crm_asked = [
@@ -254,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         for k in ("classifier", "levels", "k_sigma", "rule", "alpha", "threshold_fraction")
         if getattr(args, k) is not None
     ]
-    cfg = CalibrationConfig(
+    return CalibrationConfig(
         template=args.template,
         task=args.task,
         chat={"auto": "auto", "on": True, "off": False}[args.chat],  # type: ignore[arg-type]
@@ -282,11 +311,44 @@ def run(args: argparse.Namespace) -> int:
         max_traced=args.max_records if args.per_class is not None else None,
         with_crm=bool(args.with_crm or crm_asked),
     )
-    lm = load_from_args(args)
-    prof = calibrate_profile(
-        lm, records, args.out, cfg, input_errors=errors, progress=not args.quiet, overwrite=args.overwrite
-    )
+
+
+@contextlib.contextmanager
+def _tracer(args: argparse.Namespace) -> Iterator[Any]:
+    """The calibration's tracer: the model behind ``--endpoint`` (its client closed afterwards)
+    or the one ``--model`` loads."""
+    from mnemoscope.audit.tracing import EndpointTracer, LocalTracer
+
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import client_from_args, template_spec
+
+        with client_from_args(args) as client:
+            yield EndpointTracer(
+                client, chat_template=template_spec(args), eos_text=args.eos_token, top_k=args.top_k
+            )
+        return
+    yield LocalTracer(load_from_args(args))
+
+
+def _summary(out: str, prof: Any) -> str:
+    """One line on what was fitted (the card follows)."""
     h = prof.header
+    d = h["data"]
+    for f in d.get("failures") or []:
+        print(f"mnemoscope: calibrate: record {f['id']}: {f['message']}", file=sys.stderr)
+    lab = h.get("labels") or {}
+    v = prof.verdict
+    traced = (
+        f"RePCS tau {prof.repcs_tau:.3f} (n={h['repcs']['n']}); verdict signals {[] if v is None else list(v.selected_)}; "
+        f"{d['n_traced']} records traced ({d['n_errors']} failed), {d.get('n_verified')} kept "
+        f"({lab.get('mode')}), {d['n_fit']} fitted ({d['n_fit_clean']} clean); profile hash {prof.content_hash[:16]}"
+    )
+    if prof.backend == "endpoint":
+        return (
+            f"wrote {out}: endpoint profile for {h['model']['name']} at {h['endpoint']['base_url']} "
+            f"(fingerprint {h['model']['fingerprint'][:21]}), method {h['endpoint_method']}, top-k "
+            f"k={h['top_k']}; {traced}"
+        )
     thr = prof.anomaly.score_threshold
     crm = (
         "no CRM (--with-crm fits it)"
@@ -294,15 +356,7 @@ def run(args: argparse.Namespace) -> int:
         else f"{len(prof.crm.layers)} target layers {prof.crm.layers.tolist()}, classifier {prof.crm.classifier}, "
         f"anomaly threshold {'any flagged layer' if thr is None else f'{thr:.3f}'} (n={prof.anomaly.n_threshold})"
     )
-    lab = h.get("labels") or {}
-    print(
-        f"wrote {args.out}: {crm}, "
-        f"RePCS tau {prof.repcs_tau:.3f} (n={h['repcs']['n']}); {h['data']['n_traced']} records traced, "
-        f"{h['data'].get('n_verified')} kept ({lab.get('mode')}), {h['data']['n_fit']} fitted "
-        f"({h['data']['n_fit_clean']} clean), profile hash {prof.content_hash[:16]}"
-    )
-    print_card(prof, args.json, time.perf_counter() - t0)
-    return 0
+    return f"wrote {out}: {crm}, {traced}"
 
 
 def print_card(prof: Any, as_json: bool, seconds: float) -> None:

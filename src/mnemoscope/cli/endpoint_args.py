@@ -17,12 +17,12 @@ __all__ = [
     "add_endpoint_args",
     "add_endpoint_method_arg",
     "audit_endpoint",
-    "calibrate_endpoint",
     "client_from_args",
     "endpoint_engine",
     "repcs_calibrate_endpoint",
     "repcs_eval_inputs",
     "repcs_score_endpoint",
+    "template_spec",
 ]
 
 
@@ -105,7 +105,8 @@ def client_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def _template_spec(args: argparse.Namespace) -> str | None:
+def template_spec(args: argparse.Namespace) -> str | None:
+    """The ``--chat-template`` source under ``--chat`` (``None``: plain prompts)."""
     from mnemoscope.errors import InputError
 
     chat: Any = getattr(args, "chat", "auto")
@@ -126,7 +127,7 @@ def _pair_config(args: argparse.Namespace) -> Any:
     from mnemoscope.trace.endpoint import EndpointPairConfig, load_chat_template
     from mnemoscope.trace.templates import PromptBuilder
 
-    tpl = load_chat_template(_template_spec(args), eos_text=args.eos_token)
+    tpl = load_chat_template(template_spec(args), eos_text=args.eos_token)
     builder = PromptBuilder(template=args.template, chat=tpl.chat_template is not None)
     return EndpointPairConfig(
         builder=builder, template=tpl, max_new_tokens=args.max_new_tokens, top_k=args.top_k
@@ -143,7 +144,7 @@ def _report_failures(failures: list[dict[str, Any]], where: str) -> None:
 
 def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) -> Any:
     from mnemoscope.audit.auditor import Auditor
-    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
+    from mnemoscope.audit.profile import load_endpoint_profile
     from mnemoscope.errors import InputError
 
     if not args.profile:
@@ -211,61 +212,6 @@ def audit_endpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- mnemoscope calibrate --endpoint -----------------------------------------------------------------
-
-
-def _stops(args: argparse.Namespace) -> tuple[str, ...] | None:
-    from mnemoscope.cli.options import stops_from_args
-
-    return stops_from_args(args) if hasattr(args, "stop") else None
-
-
-def calibrate_endpoint(args: argparse.Namespace, records: list[Any], errors: list[Any]) -> int:
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
-    from mnemoscope.cli.options import verdict_signals
-
-    cfg = EndpointCalibrationConfig(
-        template=args.template,
-        task=args.task,
-        chat_template=_template_spec(args),
-        eos_text=args.eos_token,
-        max_new_tokens=args.max_new_tokens,
-        top_k=args.top_k,
-        repcs_alpha=args.repcs_alpha,
-        seed=args.seed,
-        labels=getattr(args, "labels", "given"),
-        held_out_fraction=getattr(args, "held_out_fraction", 1 / 3),
-        min_per_class=getattr(args, "min_per_class", 10),
-        per_class=getattr(args, "per_class", None),
-        stop=_stops(args),
-        max_traced=args.max_records if getattr(args, "per_class", None) is not None else None,
-        verdict_candidates=verdict_signals(args),
-        certify=getattr(args, "certify", "marginal"),
-    )
-    with client_from_args(args) as client:
-        prof = calibrate_endpoint_profile(
-            client,
-            records,
-            args.out,
-            cfg,
-            progress=not args.quiet,
-            input_errors=errors,
-            overwrite=bool(getattr(args, "overwrite", False)),
-        )
-    h = prof.header
-    _report_failures(h["data"]["failures"], "calibrate")
-    v = prof.verdict
-    tau = prof.repcs_tau
-    print(
-        f"wrote {args.out}: endpoint profile for {h['model']['name']} at {h['endpoint']['base_url']} "
-        f"(fingerprint {h['model']['fingerprint'][:21]}), method {h['endpoint_method']}; RePCS tau "
-        f"{tau:.3f} (top-k, k={h['top_k']}, n={h['repcs']['n']}); verdict signals "
-        f"{[] if v is None else v.selected_}; {h['data']['n_traced']} records traced "
-        f"({h['data']['n_errors']} failed) in {h['data']['seconds']:.0f} s; profile hash {prof.content_hash[:16]}"
-    )
-    return 0
-
-
 def endpoint_engine(args: argparse.Namespace, rule: str, batch_size: int, profile: str | None = None) -> Any:
     """The auditor ``mnemoscope serve --endpoint`` runs (its client lives as long as the server);
     ``profile``: the settings' profile when ``--profile`` is not given."""
@@ -278,7 +224,7 @@ def endpoint_engine(args: argparse.Namespace, rule: str, batch_size: int, profil
 
 
 def _traced(args: argparse.Namespace, client: Any, config: Any) -> tuple[list[Any], list[Any]]:
-    from mnemoscope.audit.endpoint_calibration import trace_records
+    from mnemoscope.audit.tracing import trace_records
     from mnemoscope.data import read_records
     from mnemoscope.errors import InputError
 
@@ -314,7 +260,7 @@ def _detector(args: argparse.Namespace) -> Any:
 
 
 def _identity(client: Any, config: Any) -> tuple[dict[str, Any], Any]:
-    from mnemoscope.audit.endpoint_calibration import endpoint_model_info
+    from mnemoscope.audit.tracing import endpoint_model_info
 
     caps = client.require_teacher_forcing()
     fp = client.fingerprint()

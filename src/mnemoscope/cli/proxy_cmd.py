@@ -112,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mnemoscope.audit.auditor import Auditor
-    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
+    from mnemoscope.audit.profile import load_endpoint_profile
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
     from mnemoscope.server.proxy import ProxySettings, create_proxy_app
     from mnemoscope.server.storage import open_store

@@ -469,8 +469,7 @@ def _score_calibration(
 ) -> tuple[RePCS, EndpointPairConfig, EndpointFingerprint]:
     """The detector, pair settings and fingerprint of an endpoint profile or a ``repcs calibrate
     --endpoint`` JSON."""
-    from mnemoscope.audit.endpoint_calibration import load_endpoint_profile
-    from mnemoscope.audit.profile import ProfileError
+    from mnemoscope.audit.profile import ProfileError, load_endpoint_profile
     from mnemoscope.models.endpoint import EndpointFingerprint
     from mnemoscope.trace.endpoint import ChatTemplate, EndpointPairConfig, load_chat_template
     from mnemoscope.trace.templates import PromptBuilder
@@ -525,7 +524,7 @@ def score_file_endpoint(
     JSON. The in-process runner (:func:`~mnemoscope.pipelines.repcs.score_records`); output lines are
     ``{"id", "score": -Z, **repcs_verdict(...), "backend", "endpoint_method"}``."""
     from mnemoscope.audit.backends import check_endpoint_identity
-    from mnemoscope.audit.endpoint_calibration import trace_records
+    from mnemoscope.audit.tracing import trace_records
     from mnemoscope.data import read_records
 
     p = Path(calibration)

@@ -43,7 +43,7 @@ from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Capture, Tracer, batch_ranges
 from mnemoscope.trace.types import CRMExtras, PairTrace
 
-__all__ = ["CRMExtractConfig", "CRMFolder", "extract", "load_folder", "resolve_task"]
+__all__ = ["CRMExtractConfig", "CRMFolder", "extract", "load_folder", "resolve_task", "run_embeddings"]
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,9 @@ def _run_gradients(
     )
 
 
-def _run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: bool) -> Path | None:
+def run_embeddings(pairs: list[PairTrace], folder: Path, spec: str, progress: bool) -> Path | None:
+    """Level-1 sentence embeddings of both answers of ``pairs`` in ``folder/<embedder>.npz``
+    (those already there kept; ``None`` with ``spec="none"``)."""
     if spec == "none":
         return None
     path = folder / f"{_slug(spec)}.npz"
@@ -392,7 +394,7 @@ def extract(
         # embeddings are keyed by id only: stale as soon as any pair is (re)traced
         for old in (out / "embeddings").glob("*.npz"):
             old.unlink()
-    emb_path = _run_embeddings(pairs, out / "embeddings", config.embedder, progress)
+    emb_path = run_embeddings(pairs, out / "embeddings", config.embedder, progress)
     info = {
         "model": lm.info.to_dict(),
         "settings": asdict(config),
