@@ -248,13 +248,14 @@ def calibrate(
         c = replace(c, with_crm=True)  # the profile records what was fitted
     out = Path(out)
     tdir = Path(traces_dir) if traces_dir is not None else out / "traces"
-    tracer.open(c, hidden=fitter is not None and fitter.needs_hidden, folder=tdir, overwrite=overwrite)
     if c.with_crm and fitter is None:
         raise InputError(
             "CRM is asked (with_crm, a CRM classifier or the crm_probability signal) but no fitter "
-            "fits it: pass fitter=mnemoscope.pipelines.crm.fitter.CRMFitter()",
+            "fits it: pass fitter=mnemoscope.pipelines.crm.fitter.CRMFitter() (in process only: "
+            "an endpoint serves no hidden states)",
             field="with_crm",
         )
+    tracer.open(c, hidden=fitter is not None and fitter.needs_hidden, folder=tdir, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     # traces a resumed run reuses (their tracing time is not in this run's wall time)
     before = set() if overwrite else tracer.done_ids(tdir)
