@@ -293,7 +293,8 @@ def test_http_request_lines_are_quiet_unless_debugging() -> None:
 
 def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_path, monkeypatch):
     """On the shipped data without --max-records / --per-class, calibrate draws until 300 answers
-    of each class verify (at most 2400 traced); --max-records alone keeps a fixed sample."""
+    of each class verify (at most 2400 traced); --max-records alone is a budget the draw spends
+    balanced (a fixed sample only with --labels given); --budget is a time budget."""
     import mnemoscope.audit.calibrate as cal
     from mnemoscope.audit.profile import DEFAULT_MAX_TRACED, DEFAULT_PER_CLASS
 
@@ -325,7 +326,15 @@ def test_default_calibration_draws_until_enough_labels_verify(tiny_folder, tmp_p
     with pytest.raises(Stop):
         main([*base, "--max-records", "60"])
     n, cfg = seen[-1]
-    assert cfg.per_class is None and cfg.max_traced is None and n == 60
+    assert cfg.per_class is None and cfg.max_traced == 60 and cfg.draws and n > 2400
+    with pytest.raises(Stop):
+        main([*base, "--max-records", "60", "--labels", "given"])
+    n, cfg = seen[-1]
+    assert cfg.per_class is None and cfg.max_traced is None and not cfg.draws and n == 60
+    with pytest.raises(Stop):
+        main([*base, "--budget", "7.5"])
+    n, cfg = seen[-1]
+    assert cfg.per_class is None and cfg.budget_seconds == 450.0 and cfg.max_traced == 2400 and cfg.draws
     # the verdict's signals: the black-box three by default, CRM's classifier opt-in
     from mnemoscope.detectors.verdict import DEFAULT_CANDIDATES
 

@@ -260,7 +260,7 @@ def calibrate(
     # traces a resumed run reuses (their tracing time is not in this run's wall time)
     before = set() if overwrite else tracer.done_ids(tdir)
     pool, draw, draw_seconds = records, None, [0.0]
-    if c.per_class is not None:
+    if c.draws:
         first = [overwrite]
 
         def answers_for(chosen: list[Any]) -> dict[str, tuple[str, str | None]]:

@@ -53,6 +53,7 @@ from mnemoscope.errors import InputError, ModelMismatchError
 from mnemoscope.io import canonical_json
 from mnemoscope.models.endpoint import EndpointFingerprint
 from mnemoscope.models.loader import check_same_model
+from mnemoscope.trace.app_prompt import AppPrompt
 from mnemoscope.trace.endpoint import ChatTemplate, EndpointPairConfig
 from mnemoscope.trace.pair import PairConfig
 from mnemoscope.trace.templates import PromptBuilder
@@ -139,7 +140,13 @@ class CalibrationConfig:
             none with a chat template, a blank line or a new "Question:"/"Context:" cue without).
         per_class: draw records in rounds until this many answers of each class verify
             (:func:`mnemoscope.audit.draw.draw_until`); ``None`` = trace every record given.
-        max_traced: with ``per_class``, stop drawing after this many records.
+        max_traced: with ``per_class``, stop drawing after this many records; without it (and with
+            ``labels="verify"``), the budget of a balanced draw (:mod:`mnemoscope.audit.draw`).
+        budget_seconds: the time budget of a balanced draw (``calibrate --budget MINUTES``): rounds
+            stop when the next would not fit at the tracing rate measured so far.
+        app_prompt: the application's own prompt (``calibrate --prompt FILE``,
+            :class:`~mnemoscope.trace.app_prompt.AppPrompt`): the records are traced in it instead
+            of ``template``/``task``, and the profile records its fingerprint and layout.
         with_crm: also trace the hidden states and fit CRM (its directions, the anomaly rule
             and classifier: ``crm.npz``). Off by default: the verdict's default signals are
             black-box, and without CRM the tracing keeps no hidden states and decodes the
@@ -176,13 +183,36 @@ class CalibrationConfig:
     stop: tuple[str, ...] | None = None
     per_class: int | None = None
     max_traced: int | None = None
+    budget_seconds: float | None = None
+    app_prompt: AppPrompt | None = None
     with_crm: bool = False
+
+    @property
+    def draws(self) -> bool:
+        """Whether the records are drawn in rounds (a per-class target, or a budget with verified
+        labels) rather than traced as given."""
+        budget = self.max_traced is not None or self.budget_seconds is not None
+        return self.per_class is not None or (budget and self.labels == "verify")
 
     def __post_init__(self) -> None:
         # CRM's classifier, as a verdict signal or asked by name, is CRM: its hidden states, its fit
         asked = "crm_probability" in self.verdict_candidates or self.classifier in ("lr", "xgb")
         if asked and not self.with_crm:
             object.__setattr__(self, "with_crm", True)
+
+
+def builder_of(prompt: dict[str, Any], stop: tuple[str, ...]) -> PromptBuilder:
+    """The prompt builder a profile's ``prompt`` block describes: the template, or the
+    application's own prompt (``app``, from ``calibrate --prompt``)."""
+    app = prompt.get("app")
+    return PromptBuilder(
+        template=prompt["template"],
+        task=prompt["task"],
+        chat=bool(prompt["chat"]),
+        system_prompt=prompt.get("system_prompt"),
+        stop=stop,
+        app=AppPrompt.from_dict(app) if isinstance(app, dict) else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -237,14 +267,7 @@ class AuditProfile:
 
     @property
     def builder(self) -> PromptBuilder:
-        p = self.header["prompt"]
-        return PromptBuilder(
-            template=p["template"],
-            task=p["task"],
-            chat=bool(p["chat"]),
-            system_prompt=p.get("system_prompt"),
-            stop=self.stop,
-        )
+        return builder_of(self.header["prompt"], self.stop)
 
     @property
     def max_new_tokens(self) -> int:
@@ -558,14 +581,7 @@ def _load_endpoint(path: Path, header: dict[str, Any]) -> AuditProfile:
     if got != header.get("profile_hash"):
         raise ProfileError(f"{hp}: profile hash mismatch (profile.json altered after calibration)")
     try:
-        p = header["prompt"]
-        builder = PromptBuilder(
-            template=p["template"],
-            task=p["task"],
-            chat=bool(p["chat"]),
-            system_prompt=p.get("system_prompt"),
-            stop=tuple((header.get("layout") or {}).get("stop") or ()),
-        )
+        builder = builder_of(header["prompt"], tuple((header.get("layout") or {}).get("stop") or ()))
         settings = EndpointSettings(
             pair_config=EndpointPairConfig(
                 builder=builder,

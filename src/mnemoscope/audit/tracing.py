@@ -215,7 +215,9 @@ class LocalTracer:
         chat = bool(self.lm.info.has_chat_template) if config.chat == "auto" else bool(config.chat)
         stops = tuple(config.stop) if config.stop is not None else default_stops(chat)
         self._pair = PairConfig(
-            builder=PromptBuilder(template=config.template, task=config.task, chat=chat, stop=stops),
+            builder=PromptBuilder(
+                template=config.template, task=config.task, chat=chat, stop=stops, app=config.app_prompt
+            ),
             max_new_tokens=config.max_new_tokens,
             answer_without=True,
             # a folder already holding hidden states is resumed as it is (its settings say so)
@@ -534,7 +536,9 @@ class EndpointTracer:
         tpl = load_chat_template(self.chat_template, eos_text=self.eos_text)
         chat = tpl.chat_template is not None
         stops = tuple(config.stop) if config.stop is not None else default_stops(chat)
-        builder = PromptBuilder(template=config.template, task=config.task, chat=chat, stop=stops)
+        builder = PromptBuilder(
+            template=config.template, task=config.task, chat=chat, stop=stops, app=config.app_prompt
+        )
         self._pair = EndpointPairConfig(
             builder=builder, template=tpl, max_new_tokens=config.max_new_tokens, top_k=self.top_k
         )

@@ -15,6 +15,7 @@ from typing import Any
 from mnemoscope.cli.endpoint_args import add_endpoint_args
 from mnemoscope.cli.options import (
     add_chat_arg,
+    add_engine_args,
     add_model_args,
     add_stop_arg,
     load_from_args,
@@ -40,12 +41,15 @@ def register(sub: Any) -> None:
         "print the validation card. Labels: 0 = clean (answer from the context), 1 = from memory.",
         epilog="Examples:\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen   # until 300 per class verify\n"
-        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a fixed sample\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a budget, balanced\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --budget 10   # ten minutes of tracing\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/app --prompt app_prompt.json   # the app's prompt\n"
         "  mnemoscope calibrate --model gemma.gguf --out profiles/gemma --labels given --input mine.jsonl\n"
         "  mnemoscope calibrate --endpoint http://127.0.0.1:8080/v1 --chat-template qwen.gguf --out p/\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(c)
+    add_engine_args(c)
     c.add_argument(
         "--input",
         default=SHIPPED,
@@ -60,8 +64,26 @@ def register(sub: Any) -> None:
         "--max-records",
         type=int,
         default=None,
-        help="stratified seeded sample of the input (alone: a fixed sample); with --per-class: the most "
-        "records traced",
+        help="a budget of records: alone (labels verified), drawn in rounds, easiest facts first, the "
+        "verified classes balanced, with the expected card printed after the first round; with --labels "
+        "given, a stratified seeded sample; with --per-class: the most records traced",
+    )
+    c.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="a time budget for tracing: drawn in rounds as --max-records alone, stopping when the next round "
+        "would not fit at the rate measured so far (the fit and the card come after it)",
+    )
+    c.add_argument(
+        "--prompt",
+        default=None,
+        metavar="FILE",
+        help='calibrate on the application\'s own prompt: JSON chat messages (or {"prompt": ...}) with one '
+        "{context} and one {query} placeholder where the app puts them (system prompt, few-shot turns, the "
+        "context in any message); the profile records its fingerprint, and the proxy finds the context by it "
+        "(docs/proxy.md)",
     )
     c.add_argument(
         "--per-class",
@@ -234,16 +256,32 @@ def run(args: argparse.Namespace) -> int:
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
         path = shipped_records()
         if args.max_records is None and args.per_class is None:
-            # draw until enough labels verify on this model (a fixed sample leaves a small model
-            # with too few memory answers: docs/calibrate.md, measured figures)
-            args.per_class, args.max_records = DEFAULT_PER_CLASS, DEFAULT_MAX_TRACED
+            if args.budget is None:
+                # draw until enough labels verify on this model (a fixed sample leaves a small model
+                # with too few memory answers: docs/calibrate.md, measured figures)
+                args.per_class = DEFAULT_PER_CLASS
+            args.max_records = DEFAULT_MAX_TRACED  # a time budget is capped as the default draw is
+    if args.budget is not None and args.budget <= 0:
+        raise InputError(
+            f"--budget must be a positive number of minutes, got {args.budget:g}", field="budget"
+        )
+    if args.budget is not None and args.labels == "given":
+        raise InputError(
+            "--budget draws records by what verifies on the model: it needs --labels verify", field="budget"
+        )
     records, errors = read_records(path, on_error=args.on_error)
     for e in errors:
         print(f"skipped: {e}", file=sys.stderr)
-    if args.per_class is None:
-        records = sample_records(records, args.max_records, args.seed)
+    if args.per_class is None and args.labels == "given" and args.max_records is not None:
+        records = sample_records(records, args.max_records, args.seed)  # nothing to verify: a fixed sample
     t0 = time.perf_counter()
     cfg = calibration_config(args)
+    if args.endpoint and getattr(args, "engine", "local") == "ray":
+        raise InputError(
+            "--engine ray traces in process on Ray actors; over --endpoint the server does the work "
+            "(raise --endpoint-concurrency instead)",
+            field="engine",
+        )
     if args.endpoint and cfg.with_crm:
         raise InputError(
             "--with-crm needs the model's hidden states, and an endpoint serves none (only tokens and "
@@ -275,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
 def calibration_config(args: argparse.Namespace) -> Any:
     """The :class:`~mnemoscope.audit.profile.CalibrationConfig` of the command line (both backends)."""
     from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.trace.app_prompt import load_app_prompt
 
     d = CalibrationConfig()
     # CRM's options given on the command line ask for CRM (they configure nothing without it)
@@ -308,7 +347,10 @@ def calibration_config(args: argparse.Namespace) -> Any:
         min_per_class=args.min_per_class,
         stop=stops_from_args(args),
         per_class=args.per_class,
-        max_traced=args.max_records if args.per_class is not None else None,
+        # with --per-class the most records traced; alone (labels verified) the draw's budget
+        max_traced=args.max_records if (args.per_class is not None or args.labels == "verify") else None,
+        budget_seconds=None if args.budget is None else 60.0 * args.budget,
+        app_prompt=None if args.prompt is None else load_app_prompt(args.prompt),
         with_crm=bool(args.with_crm or crm_asked),
     )
 
@@ -327,7 +369,14 @@ def _tracer(args: argparse.Namespace) -> Iterator[Any]:
                 client, chat_template=template_spec(args), eos_text=args.eos_token, top_k=args.top_k
             )
         return
-    yield LocalTracer(load_from_args(args))
+    lm = load_from_args(args)
+    engine = None
+    if getattr(args, "engine", "local") == "ray":  # the records not yet traced, on Ray actors
+        from mnemoscope.cli.options import ray_options_from_args
+        from mnemoscope.pipelines.ray import RayTraceEngine
+
+        engine = RayTraceEngine.for_model(lm, ray_options_from_args(args))
+    yield LocalTracer(lm, engine=engine)
 
 
 def _summary(out: str, prof: Any) -> str:

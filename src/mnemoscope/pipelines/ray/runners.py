@@ -354,6 +354,14 @@ class RayTraceEngine:
             expect_fingerprint=self.fingerprint,
         )
 
+    def run(
+        self, records: Sequence[Any], folder: Path, config: Any, *, overwrite: bool, progress: bool
+    ) -> Any:
+        """:class:`~mnemoscope.audit.tracing.PairEngine`: what a calibration's
+        :class:`~mnemoscope.audit.tracing.LocalTracer` calls (``calibrate --engine ray``): the
+        lockstep decoder, the options' batch size."""
+        return self.trace(records, folder, config, overwrite=overwrite, progress=progress)
+
 
 # -- repcs score ------------------------------------------------------------------------------------
 
