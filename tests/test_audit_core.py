@@ -279,8 +279,12 @@ def test_every_backend_runs_the_hooks_and_the_same_scoring(tiny_auditor: Any) ->
     from mnemoscope.audit import auditor as audit_mod
     from mnemoscope.audit.auditor import Auditor, AuditRequest
 
-    remote = Auditor(_NoHiddenStates(tiny_auditor.backend), rule="repcs")
-    local = Auditor(tiny_auditor.backend, rule="repcs")
+    from mnemoscope.audit.backends import LocalBackend
+
+    # the CRM block asked for: this backend traces hidden states (an audit that does not ask, does not)
+    with_states = LocalBackend(tiny_auditor.lm, tiny_auditor.profile, hidden=True)
+    remote = Auditor(_NoHiddenStates(with_states), rule="repcs")
+    local = Auditor(with_states, rule="repcs")
     seen: list[tuple[str, int]] = []
 
     def hook(auditor: Any, requests: Any, results: Any, start_ns: int) -> None:
@@ -325,3 +329,23 @@ def test_a_profile_whose_signals_the_backend_cannot_measure_is_refused_naming_th
     with pytest.raises(InputError, match=r"crm_probability \(needs hidden states\)") as e:
         Auditor(backend, rule="repcs")
     assert e.value.field == "profile"
+
+
+def test_an_audit_traces_hidden_states_only_when_an_output_reads_them(tiny_auditor: Any) -> None:
+    """Issue 35: the black-box default keeps no hidden state, even with a CRM profile; asking for
+    CRM's classifier (or its rule) brings them back."""
+    from mnemoscope.audit.auditor import Auditor, AuditRequest
+
+    prof = tiny_auditor.profile
+    assert prof.crm is not None  # the fixture's profile holds CRM
+    req = [AuditRequest("Quenmar lies on the Zorblat river.", "Which river is Quenmar on?")]
+    plain = Auditor(tiny_auditor.lm, prof, rule="repcs")
+    assert plain.backend.hidden is False and not prof.needs_hidden_states("repcs")
+    (a,) = plain.audit(req)
+    assert a.to_dict()["crm"] is None  # type: ignore[union-attr]
+    asked = Auditor(tiny_auditor.lm, prof, rule="repcs", crm_probability=True)
+    assert asked.backend.hidden is True
+    (b,) = asked.audit(req)
+    assert b.to_dict()["crm"] is not None  # type: ignore[union-attr]
+    assert a.to_dict()["p_memory"] == b.to_dict()["p_memory"]  # type: ignore[union-attr]
+    assert prof.needs_hidden_states("crm-anomaly")

@@ -321,7 +321,7 @@ def test_calibration_bad_input(lm: Any, tmp_path: Path) -> None:
 
 
 def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path) -> None:
-    eng = Auditor(lm, load_profile(profile_dir), max_context_tokens=200)
+    eng = Auditor(lm, load_profile(profile_dir), max_context_tokens=200, crm_probability=True)
     reqs = [
         AuditRequest("Zor3 lies on Ka3.", "Where is Zor3?"),
         AuditRequest("ctx", "   "),
@@ -419,7 +419,9 @@ def client(lm: Any, profile_dir: Path, tmp_path: Path) -> Any:
         {"max_body_bytes": 4096, "max_batch_request": 3, "max_new_tokens_limit": 8, "max_wait_ms": 5},
         env={"MNEMOSCOPE_API_KEYS": API_KEY},
     )
-    eng = Auditor(lm, load_profile(profile_dir), max_context_tokens=300, max_query_tokens=50)
+    eng = Auditor(
+        lm, load_profile(profile_dir), max_context_tokens=300, max_query_tokens=50, crm_probability=True
+    )
     store = open_store(tmp_path / "api.db", checkpoint_every=2)
     with TestClient(create_app(settings, engine=eng, store=store)) as c:
         yield c
@@ -536,7 +538,7 @@ def test_api_legacy_crm_fields_switch(lm: Any, profile_dir: Path, tmp_path: Path
     settings = load_settings(
         None, {"legacy_crm_fields": True, "max_wait_ms": 1}, env={"MNEMOSCOPE_API_KEYS": API_KEY}
     )
-    eng = Auditor(lm, load_profile(profile_dir))
+    eng = Auditor(lm, load_profile(profile_dir), crm_probability=True)  # the CRM fields asked for
     with TestClient(create_app(settings, engine=eng, store=open_store(tmp_path / "l.db"))) as c:
         a = c.post("/v1/audit", json={"context": "Zor2 lies on Ka2.", "query": "Where?"}, headers=AUTH).json()
         assert set(LEGACY_CRM_FIELDS) <= set(a)
@@ -598,7 +600,7 @@ def test_api_profile_card_and_pages(client: Any) -> None:
 
 def test_anonymous_server_reads_without_a_key(lm: Any, profile_dir: Path, tmp_path: Path) -> None:
     settings = load_settings(None, {"allow_anonymous": True, "max_wait_ms": 1}, env={})
-    eng = Auditor(lm, load_profile(profile_dir))
+    eng = Auditor(lm, load_profile(profile_dir), crm_probability=True)  # the CRM fields asked for
     with TestClient(create_app(settings, engine=eng, store=open_store(tmp_path / "anon.db"))) as c:
         assert c.get("/health").json()["auth"] == "none"
         assert (

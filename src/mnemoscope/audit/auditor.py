@@ -105,7 +105,11 @@ class Auditor:
         max_context_tokens, max_query_tokens, max_answer_tokens: input caps (413 above them).
         batch_size: pairs decoded together.
         crm_probability: also compute CRM's supervised classifier (secondary; needs a
-            profile with a classifier and a backend with hidden states).
+            profile with a classifier and a backend with hidden states). Off by default: an
+            in-process audit traces hidden states only when an output it was asked for reads
+            them (:meth:`~mnemoscope.audit.profile.AuditProfile.needs_hidden_states`: this, the
+            ``crm-anomaly`` rule, or a verdict combining a CRM signal); otherwise its ``crm``
+            block is empty and the trace keeps no hidden state.
         layout: what the caller asks for besides the profile (``max_new_tokens``, ``stop``, ...):
             refused when it differs from the profile's layout
             (:func:`~mnemoscope.audit.profile.check_layout`, with the backend's own layout).
@@ -121,7 +125,7 @@ class Auditor:
         max_query_tokens: int = 256,
         max_answer_tokens: int = 256,
         batch_size: int = 8,
-        crm_probability: bool = True,
+        crm_probability: bool = False,
         layout: dict[str, Any] | None = None,
     ):
         from mnemoscope.audit.profile import check_layout
@@ -133,6 +137,8 @@ class Auditor:
         else:
             if profile is None:
                 raise InputError("an in-process Auditor needs a profile (or use Auditor.from_spec)")
+            # hidden states only when an output asked for reads them (CRM's signals and rule)
+            hidden = profile.needs_hidden_states(rule, crm_probability=crm_probability)
             backend = LocalBackend(
                 lm,
                 profile,
@@ -140,6 +146,7 @@ class Auditor:
                 max_query_tokens=max_query_tokens,
                 max_answer_tokens=max_answer_tokens,
                 batch_size=batch_size,
+                hidden=hidden,
             )
         prof = backend.profile
         check_layout(prof, {**_backend_layout(backend), **(layout or {})})
@@ -174,6 +181,7 @@ class Auditor:
         needed = prof.verdict is not None and "crm_probability" in prof.verdict.selected_
         self._crm_probability = bool(
             backend.hidden_states
+            and getattr(backend, "hidden", True)
             and (crm_probability or needed)
             and crm is not None
             and crm.classifier != "none"

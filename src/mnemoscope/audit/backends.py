@@ -122,6 +122,9 @@ class LocalBackend:
         profile: a verified in-process profile.
         max_context_tokens, max_query_tokens, max_answer_tokens: input caps in tokens (413 above).
         batch_size: pairs decoded together.
+        hidden: trace the hidden states (CRM's signals read them); default: when the profile holds
+            CRM. :class:`~mnemoscope.audit.auditor.Auditor` passes
+            :meth:`~mnemoscope.audit.profile.AuditProfile.needs_hidden_states`.
     """
 
     name = "local"
@@ -138,10 +141,13 @@ class LocalBackend:
         max_query_tokens: int = 256,
         max_answer_tokens: int = 256,
         batch_size: int = 8,
+        hidden: bool | None = None,
     ):
         from mnemoscope.trace.tracer import Tracer
 
         profile.check_model(lm.info)
+        #: whether this backend traces hidden states (the CRM signals and rule read them)
+        self.hidden = profile.crm is not None if hidden is None else bool(hidden and profile.crm is not None)
         self.lm = lm
         self.profile = profile
         self.max_context_tokens = max_context_tokens
@@ -202,7 +208,9 @@ class LocalBackend:
                 prepared = prepare_prompts(self.tracer, rid, req, T)
             else:
                 prepared = prepare_pair(
-                    self.tracer, PairItem(rid, req.context, req.query), self.profile.pair_config(T)
+                    self.tracer,
+                    PairItem(rid, req.context, req.query),
+                    self.profile.pair_config(T, hidden=self.hidden),
                 )
         except InputError as e:
             return failure_of(e)
@@ -212,7 +220,9 @@ class LocalBackend:
         """Decode a group of prepared pairs in lockstep (both paths, one generation)."""
         from mnemoscope.trace.lockstep import trace_lockstep
 
-        return trace_lockstep(self.tracer, prepared, self.profile.pair_config(T), forced_answers=forced)
+        return trace_lockstep(
+            self.tracer, prepared, self.profile.pair_config(T, hidden=self.hidden), forced_answers=forced
+        )
 
     def run(self, prepared: Sequence[tuple[Any, list[int] | None, int]]) -> list[Traced]:
         """Trace the prepared pairs, grouped by answer length and forced/generated answers, in

@@ -283,16 +283,29 @@ class AuditProfile:
         then every audit generates it, in process and over an endpoint."""
         return self.verdict is not None and "closed_book_agreement" in self.verdict.selected_
 
-    def pair_config(self, max_new_tokens: int | None = None) -> PairConfig:
-        """The in-process pair settings (the endpoint's are :attr:`endpoint`)."""
+    def pair_config(self, max_new_tokens: int | None = None, *, hidden: bool | None = None) -> PairConfig:
+        """The in-process pair settings (the endpoint's are :attr:`endpoint`). ``hidden``: trace the
+        hidden states (default: when the profile holds CRM; an auditor asks for them only when an
+        output it was asked for reads them: :attr:`needs_hidden_states`)."""
         return PairConfig(
             builder=self.builder,
             max_new_tokens=max_new_tokens or self.max_new_tokens,
             # the closed-book greedy answer: CRM level 1, or a verdict that reads its agreement
             answer_without=self.needs_level1 or self.reads_closed_book,
             # hidden states are what CRM reads: a profile calibrated without CRM never needs them
-            hidden=self.crm is not None,
+            hidden=self.crm is not None if hidden is None else bool(hidden and self.crm is not None),
         )
+
+    def needs_hidden_states(self, rule: str, *, crm_probability: bool = False) -> bool:
+        """Whether audits under ``rule`` must trace the hidden states: the ``crm-anomaly`` rule, a
+        verdict that combines a CRM signal, or CRM's classifier asked for as a secondary output
+        (``crm_probability``). Never without CRM in the profile. Every other audit is black-box:
+        no hidden state is traced or kept."""
+        if self.crm is None:
+            return False
+        crm_signals = {"crm_probability", "lts_score"}
+        verdict = self.verdict is not None and bool(crm_signals & set(self.verdict.selected_))
+        return rule == "crm-anomaly" or verdict or crm_probability
 
     def check_model(self, info: Any) -> None:
         if self.backend == "endpoint":
