@@ -424,6 +424,11 @@ class EndpointBackend:
             "endpoint_method": str(backend.get("method") or self.caps.method),
             "endpoint": self.client.endpoint,
             "unavailable": list(UNMEASURED),
+            # the paths that failed this record before the one that scored it (auto), with the cause
+            "fallbacks": [dict(f) for f in backend.get("fallbacks", [])],
+            # answer positions whose log-prob is an upper bound (the token was outside the top-k)
+            "bounded": bool(backend.get("bounded", False)),
+            "bounded_positions": dict(backend.get("bounded_positions") or {}),
         }
 
     def notes(self, trace: PairTrace) -> list[str]:

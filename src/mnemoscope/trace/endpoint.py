@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -250,6 +250,7 @@ def trace_endpoint_prompts(
     caps = client.capabilities()
     chain = caps.fallbacks
     refused: list[str] = []
+    fallbacks: list[dict[str, Any]] = []
     for i, path in enumerate(chain):
         try:
             if path in ("grammar", "positions"):
@@ -269,7 +270,9 @@ def trace_endpoint_prompts(
             else:
                 sc = _SCORERS[path](client, rid, p_with, p_without, config, answer, T)
             break
-        except (TokenAlignmentError, EndpointCapabilityError) as e:
+        except EndpointError as e:
+            # under auto ANY failure of a path (a refusal, a 4xx, a 5xx after the retries, an
+            # unparsable answer) passes the record to the next sound path, with its cause recorded
             if i + 1 == len(chain):
                 if refused:
                     raise type(e)(
@@ -277,6 +280,7 @@ def trace_endpoint_prompts(
                     ) from e
                 raise
             refused.append(f"{path} refused: {e.reason}")
+            fallbacks.append({"path": path, "status": e.status, "message": e.reason})
     if refused:
         sc.notes[:0] = [f"{r}; scored by the next path ({path})" for r in refused]
     ans, e_with, e_without, use_eos, notes = sc.ans, sc.e_with, sc.e_without, sc.use_eos, sc.notes
@@ -296,7 +300,23 @@ def trace_endpoint_prompts(
                 for e in (e_with, e_without)
             )
             use_eos = False
+        elif sc.server_stop is not None:
+            # the server stopped on the stop sequence: the same cut, where the answer's text ends
+            answer_cut = {"at": len("".join(texts)), "stop": sc.server_stop, "token": len(ans)}
+            use_eos = False
     n = len(ans)
+    bounded = {
+        "with-context": [t for t in sc.bounded_with if t < n],
+        "no-context": [t for t in sc.bounded_without if t < n],
+    }
+    if any(bounded.values()):
+        notes.append(
+            "the answer's token was outside the returned top-k at "
+            + "; ".join(f"{p} positions {v}" for p, v in bounded.items() if v)
+            + ": its log-prob there is an upper bound (min of the k-th probability and the tail mass, the "
+            "value the top-k KL imputes to a missing token), used as such by the top-k KL, the answer's "
+            "log-prob and closed_book_logprob"
+        )
     intern: dict[str, int] = {}
     for s, i in zip(e_with.tokens, ans, strict=True):
         intern.setdefault(s, int(i))
@@ -395,6 +415,9 @@ def trace_endpoint_prompts(
             "k": k,
             "unmeasured": list(UNMEASURED),
             "notes": notes,
+            "bounded": any(bounded.values()),
+            "bounded_positions": bounded,
+            "fallbacks": fallbacks,
         },
     )
     return trace, pieces
@@ -556,6 +579,11 @@ class _PairScores:
     n_prompt_with: int
     n_prompt_without: int
     identical: bool
+    # positions whose answer log-prob is an upper bound (its token outside the top-k), per path
+    bounded_with: list[int] = field(default_factory=list)
+    bounded_without: list[int] = field(default_factory=list)
+    # the profile's stop sequence the server stopped the generation on (it then holds no stop text)
+    server_stop: str | None = None
 
 
 def _as_parsed(s: Scored) -> ParsedLogprobs:
@@ -582,6 +610,15 @@ def _scored_pair(
         len(ids_without),
         ids_with == ids_without,
     )
+
+
+def _piece_texts(pieces: Sequence[bytes]) -> list[str]:
+    """The text each token adds: a character split over tokens belongs to the token that completes
+    it (the others add ""), so that the texts join into the answer."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return [dec.decode(b, final=t == len(pieces) - 1) for t, b in enumerate(pieces)]
 
 
 def _cut_at_end_texts(text: str, ends: Sequence[str]) -> tuple[str, bool]:
@@ -771,6 +808,7 @@ def _positions_scores(
                 client, p_without + answer_text, k=k, ban_ids=eos_ids, where="no-context EOS step"
             )
             own_wo = d_wo.get(top1)
+            own_wo_bounded = own_wo is None
             if own_wo is None or len(d_wo) < k:
                 # not in the no-context top-k (or merged with another special token): the truncated
                 # estimator's bound, as topk_kl imputes a token missing from a top-k
@@ -788,6 +826,8 @@ def _positions_scores(
             with_s.own.append(d_with[top1])
             with_s.tops.append(d_with)
             without_s.pieces.append("")
+            if own_wo_bounded:
+                without_s.bounded.append(len(without_s.own))
             without_s.own.append(own_wo)
             without_s.tops.append(d_wo)
             use_eos = True
@@ -815,23 +855,52 @@ def _native_scores(
         raise InputError("a prompt tokenizes to 0 tokens", record=rid, field="query")
     end_ids = _single_token_ids(client, config.template.end_texts)
     use_eos = False
+    pieces: list[bytes] | None = None
+    server_stop: str | None = None
     if answer is None:
-        with_s, stopped = native_generate(client, ids_with, max_tokens=T, k=k)
+        # the profile's stop sequences go to the server, which stops there instead of generating on
+        # (the end-of-turn token ends a generation by itself); the client-side cut stays the guarantee
+        stop = list(config.builder.stop)
+        with_s, stopped, hidden_text, server_stop = native_generate(
+            client, ids_with, max_tokens=T, k=k, stop=stop
+        )
+        if (
+            server_stop is not None
+            and not (hidden_text if hidden_text is not None else "".join(with_s.pieces)).strip()
+        ):
+            # an app's cut ignores a stop before the answer's first non-blank character: generate on
+            with_s, stopped, hidden_text, server_stop = native_generate(client, ids_with, max_tokens=T, k=k)
         assert with_s.ids is not None
-        # an end-of-turn token of the template ends the answer even if the GGUF does not mark it EOG
-        for t, tid in enumerate(with_s.ids):
-            if tid in end_ids:
-                while len(with_s) > t + 1:
-                    with_s.drop_last()
-                stopped = True
-                break
-        use_eos = stopped and bool(with_s.ids)
-        ans = list(with_s.ids)
-    else:
+        if hidden_text is not None:
+            # the server hid tokens inside a character: score the answer's text as a given answer
+            notes.append(
+                "the generation has tokens inside a UTF-8 character, whose probabilities llama-server does "
+                "not report: the answer's text is re-tokenized and forced on both paths"
+            )
+            answer = hidden_text
+        else:
+            # an end-of-turn token of the template ends the answer even if the GGUF does not mark it EOG
+            for t, tid in enumerate(with_s.ids):
+                if tid in end_ids:
+                    while len(with_s) > t + 1:
+                        with_s.drop_last()
+                    stopped = True
+                    break
+            use_eos = stopped and bool(with_s.ids)
+            ans = list(with_s.ids)
+    if answer is not None:
         answer_text, cut = _cut_at_end_texts(answer, config.template.end_texts)
         if cut:
             notes.append("the given answer contained an end-of-turn text: it is cut there")
-        ans = _answer_ids(client, rid, p_with, ids_with, answer_text, "with-context")
+        full = client.tokenize_pieces(p_with + answer_text)
+        if [i for i, _ in full[: len(ids_with)]] != ids_with:
+            raise TokenAlignmentError(
+                f"record {rid}: on the with-context path the answer's first token merges with the prompt's last "
+                "one when tokenized together; positions cannot be aligned",
+                endpoint=client.endpoint,
+            )
+        ans = [i for i, _ in full[len(ids_with) :]]
+        pieces = [b for _, b in full[len(ids_with) :]]
         why = None
         if served is not None:
             if served.ids is None or served.ids[: len(ans)] != ans:
@@ -853,13 +922,18 @@ def _native_scores(
                     f"the served response's log-probs are not used ({why}): the with-context path is forced"
                 )
         if served is None or why is not None:
-            with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context")
+            with_s = native_force(client, rid, ids_with, ans, k=k, path="with-context", pieces=pieces)
+        with_s.pieces = _piece_texts(pieces)
     if use_eos:
         with_s.pieces[-1] = ""
-    without_s = native_force(client, rid, ids_without, ans, k=k, path="no-context", ends_on_eog=use_eos)
+    without_s = native_force(
+        client, rid, ids_without, ans, k=k, path="no-context", ends_on_eog=use_eos, pieces=pieces
+    )
     if use_eos:
         without_s.pieces[-1] = ""
-    return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
+    sc = _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
+    sc.server_stop = server_stop
+    return sc
 
 
 _SCORERS = {

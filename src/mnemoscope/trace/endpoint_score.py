@@ -62,6 +62,8 @@ __all__ = [
     "native_force",
     "native_generate",
     "served_scores",
+    "topk_bound",
+    "whole_positions",
 ]
 
 # logit_bias that forces a token under greedy decoding (logits of these models stay within +-50)
@@ -80,6 +82,8 @@ class Scored:
             the server's spellings (``positions``, ``echo``).
         requests: HTTP requests spent.
         n_prompt: the prompt's token count as the server reported it (when known).
+        bounded: positions whose ``own`` is an upper bound, not the exact log-prob: the answer's
+            token was outside the returned top-k there (:func:`topk_bound`).
     """
 
     pieces: list[str] = field(default_factory=list)
@@ -88,6 +92,7 @@ class Scored:
     tops: list[dict[Any, float]] = field(default_factory=list)
     requests: int = 0
     n_prompt: int | None = None
+    bounded: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.own)
@@ -97,6 +102,33 @@ class Scored:
             del lst[-1]
         if self.ids is not None:
             del self.ids[-1]
+        self.bounded = [t for t in self.bounded if t < len(self.own)]
+
+    def extend(self, other: Scored) -> None:
+        """Append ``other``'s positions (its bounded positions shifted after these)."""
+        n = len(self.own)
+        self.pieces += other.pieces
+        self.own += other.own
+        self.tops += other.tops
+        if self.ids is not None and other.ids is not None:
+            self.ids += other.ids
+        self.bounded += [n + t for t in other.bounded]
+        self.requests += other.requests
+
+
+def topk_bound(top: dict[Any, float]) -> float:
+    """Upper bound of the log-prob of a token outside the top-k ``top``: it cannot exceed the k-th
+    probability, nor the mass the top-k leave (``min(p_k, 1 - sum p)``, the value
+    :func:`~mnemoscope.divergence.topk_kl` imputes to a token missing from a top-k).
+
+    Example:
+        >>> round(topk_bound({"a": math.log(0.5), "b": math.log(0.3)}), 4) == round(math.log(0.2), 4)
+        True
+    """
+    if not top:
+        raise ValueError("an empty top-k bounds nothing")
+    p = [math.exp(v) for v in top.values()]
+    return math.log(max(min(min(p), 1.0 - sum(p)), 1e-12))
 
 
 def _finite(v: Any, where: str, ep: str) -> float:
@@ -391,15 +423,118 @@ def _native_steps(data: dict[str, Any], ep: str, what: str) -> Scored:
 
 
 def native_generate(
-    client: EndpointClient, prompt_ids: Sequence[int], *, max_tokens: int, k: int
-) -> tuple[Scored, bool]:
-    """Greedy generation on llama-server with ``n_probs: k``: ``(steps, stopped on EOS)``. The
-    steps include the end-of-generation token when the server stopped on it."""
+    client: EndpointClient, prompt_ids: Sequence[int], *, max_tokens: int, k: int, stop: Sequence[str] = ()
+) -> tuple[Scored, bool, str | None, str | None]:
+    """Greedy generation on llama-server with ``n_probs: k``: ``(steps, stopped on EOS, text, stop)``.
+    The steps include the end-of-generation token when the server stopped on it. ``stop`` strings
+    (the profile's stop sequences) are sent so that the server stops there instead of generating on
+    (``stop``: the one it stopped on, else ``None``); a stop string is never part of the steps.
+
+    ``text`` is ``None`` when the steps are the generated tokens one for one; else the server hid
+    some (llama-server reports no probabilities for a token after which its text ends inside a
+    UTF-8 character, and folds its bytes into the next one's) and ``text`` is the answer's text,
+    to be re-tokenized and forced like a given answer.
+    """
     ep = client.endpoint
-    data = client.native_completion(list(prompt_ids), n_predict=max_tokens, n_probs=k)
+    extra = {"stop": list(stop)} if stop else None
+    data = client.native_completion(list(prompt_ids), n_predict=max_tokens, n_probs=k, extra=extra)
     s = _native_steps(data, ep, "generation")
-    stop = data.get("stop_type")
-    return s, stop == "eos"
+    stop_type = data.get("stop_type")
+    n_pred = data.get("tokens_predicted")
+    text = None
+    word = str(data.get("stopping_word") or "") if stop_type == "word" else None
+    content = str(data.get("content", ""))
+    if word is not None:
+        # the server drops as many steps as the stop word has tokens, whatever tokens held it: the
+        # steps stand for the answer only when they spell its text exactly and hide nothing
+        entries = data.get("completion_probabilities") or []
+        spelled = b"".join(bytes(int(b) for b in (e.get("bytes") or [])) for e in entries)
+        if spelled != content.encode("utf-8") or any(int(b) > 127 for b in spelled):
+            text = content
+    elif isinstance(n_pred, int) and n_pred != len(s):
+        text = content
+    return s, stop_type == "eos", text, word
+
+
+def whole_positions(pieces: Sequence[bytes]) -> list[bool]:
+    """Per token, whether it starts AND ends on a UTF-8 character boundary of the answer's bytes.
+
+    Byte-level BPE splits a character outside its merges (Cyrillic, Greek, CJK, Arabic, emoji in a
+    small English vocabulary) into tokens of raw bytes. llama.cpp cannot force such a token by a
+    grammar of token ids: at a token element it rejects every candidate whose piece completes no
+    character (``llama_grammar_reject_candidates_for_stack``), so all candidates get -inf and the
+    server fails ("Unexpected empty grammar stack after accepting piece"); and llama-server never
+    reports the probabilities of a token after which its text ends inside a character.
+
+    Example:
+        >>> m = "М".encode()  # two bytes, two tokens
+        >>> whole_positions([m[:1], m[1:], "осква".encode(), b" ok"])
+        [False, False, True, True]
+    """
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    ends = []
+    for b in pieces:
+        dec.decode(b, final=False)
+        ends.append(dec.getstate()[0] == b"")
+    starts = [True, *ends[:-1]]
+    return [a and b for a, b in zip(starts, ends, strict=True)]
+
+
+def _ascii_probe_id(client: EndpointClient) -> int:
+    """A token id spelling plain ASCII text (cached): forced where the answer's own token cannot be,
+    so that the server reports the position's unconstrained top-k."""
+    if "ascii_token" not in client.probes:
+        bos = client.tokenize("")
+        ids = client.tokenize("a")
+        ids = ids[len(bos) :] if ids[: len(bos)] == bos else ids
+        if len(ids) != 1:
+            raise EndpointError("the server does not tokenize 'a' into one token", endpoint=client.endpoint)
+        client.probes["ascii_token"] = int(ids[0])
+    return int(client.probes["ascii_token"])
+
+
+def _force_one(
+    client: EndpointClient,
+    rid: str,
+    prompt_ids: Sequence[int],
+    tid: int,
+    *,
+    k: int,
+    path: str,
+    t: int,
+    closes: bool,
+) -> Scored:
+    """Score one answer position that a grammar of ids cannot force (:func:`whole_positions`).
+
+    ``closes`` (the token ends on a character boundary): the token is forced by ``logit_bias`` and
+    the server reports it with its exact log-prob and the unconstrained top-k (llama-server computes
+    both from the raw logits, before the sampler's bias). Else the server would withhold the token's
+    probabilities: an ASCII token is forced instead, the position's top-k come with it, and the
+    answer token's log-prob is read there, or bounded (:func:`topk_bound`) when outside the top-k.
+    """
+    ep = client.endpoint
+    forced = tid if closes else _ascii_probe_id(client)
+    data = client.native_completion(
+        list(prompt_ids), n_predict=1, n_probs=k, extra={"logit_bias": [[int(forced), FORCE_BIAS]]}
+    )
+    where = f"record {rid}: {path} answer position {t}"
+    s = _native_steps(data, ep, where)
+    if len(s) != 1 or s.ids != [forced]:
+        raise TokenAlignmentError(
+            f"{where}: the token forced by logit_bias came back as {s.ids}, not [{forced}]", endpoint=ep
+        )
+    assert s.ids is not None
+    if not closes:
+        own = s.tops[0].get(int(tid))
+        s.ids[0], s.pieces[0] = int(tid), ""
+        if own is None:
+            s.own[0] = topk_bound(s.tops[0])
+            s.bounded.append(0)
+        else:
+            s.own[0] = own
+    return s
 
 
 def native_force(
@@ -411,20 +546,80 @@ def native_force(
     k: int,
     path: str,
     ends_on_eog: bool = False,
+    pieces: Sequence[bytes] | None = None,
 ) -> Scored:
-    """Teacher-force ``ids`` after ``prompt_ids`` in one request: a grammar of the ids (module doc).
+    """Teacher-force ``ids`` after ``prompt_ids``: a grammar of the ids per run of whole tokens
+    (module doc), one request per token that is part of a character (:func:`whole_positions`,
+    given the tokens' bytes ``pieces``; ``None``: all whole, as the ids of a generation the server
+    reported one for one).
 
     ``ends_on_eog``: the last id is the end-of-generation token the answer stopped on. llama-server
     fails on a grammar that names an end-of-generation token ("Unexpected empty grammar stack"), so
     the grammar covers the ids before it and ``n_predict`` one more: once a grammar is complete
     only end-of-generation tokens are allowed, and the server reports that step's unconstrained
-    top-k. The step's log-prob is the answer's end token's (from the top-k when the server sampled
-    another end token; refused when it is not there).
+    top-k. The step's log-prob is the answer's end token's, from the top-k when the server sampled
+    another end token, else bounded by them (:func:`topk_bound`; the position is listed in
+    ``bounded``).
     """
-    ep = client.endpoint
-    if not ids:
-        return Scored(ids=[])
     want = [int(i) for i in ids]
+    if not want:
+        return Scored(ids=[])
+    whole = [True] * len(want) if pieces is None else whole_positions(pieces)
+    if ends_on_eog:
+        whole[-1] = True
+    if all(whole):
+        return _native_force_run(client, rid, prompt_ids, want, k=k, path=path, ends_on_eog=ends_on_eog)
+    out = Scored(ids=[])
+    t = 0
+    while t < len(want):
+        if whole[t]:
+            j = t
+            while j < len(want) and whole[j]:
+                j += 1
+            eog = ends_on_eog and j == len(want)
+            if eog and j - t == 1:  # the end token alone: forced by logit_bias (it ends the text)
+                part = _force_one(
+                    client, rid, [*prompt_ids, *want[:t]], want[t], k=k, path=path, t=t, closes=True
+                )
+            else:
+                part = _native_force_run(
+                    client, rid, [*prompt_ids, *want[:t]], want[t:j], k=k, path=path, ends_on_eog=eog
+                )
+            t = j
+        else:
+            closes = _ends_on_boundary(pieces, t)
+            part = _force_one(
+                client, rid, [*prompt_ids, *want[:t]], want[t], k=k, path=path, t=t, closes=closes
+            )
+            t += 1
+        out.extend(part)
+    return out
+
+
+def _ends_on_boundary(pieces: Sequence[bytes] | None, t: int) -> bool:
+    """Whether the answer's bytes up to token ``t`` (included) end on a character boundary."""
+    if pieces is None:
+        return True
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for b in pieces[: t + 1]:
+        dec.decode(b, final=False)
+    return bool(dec.getstate()[0] == b"")
+
+
+def _native_force_run(
+    client: EndpointClient,
+    rid: str,
+    prompt_ids: Sequence[int],
+    want: list[int],
+    *,
+    k: int,
+    path: str,
+    ends_on_eog: bool,
+) -> Scored:
+    """One grammar-forced request of whole tokens (:func:`native_force`)."""
+    ep = client.endpoint
     forced = want[:-1] if ends_on_eog else want
     grammar = id_grammar(forced) if forced else None
     data = client.native_completion(list(prompt_ids), n_predict=len(want), n_probs=k, grammar=grammar)
@@ -433,11 +628,8 @@ def native_force(
     if ends_on_eog and len(s.ids) == len(want) and s.ids[:-1] == forced and s.ids[-1] != want[-1]:
         own = s.tops[-1].get(want[-1])
         if own is None:
-            raise TokenAlignmentError(
-                f"record {rid}: on the {path} path the server ended on token {s.ids[-1]}, and the answer's end "
-                f"token {want[-1]} is not in its top-k: its log-prob cannot be read",
-                endpoint=ep,
-            )
+            own = topk_bound(s.tops[-1])
+            s.bounded.append(len(want) - 1)
         s.ids[-1], s.own[-1] = want[-1], own
     if s.ids != want:
         raise TokenAlignmentError(
