@@ -609,6 +609,8 @@ def _scored_pair(
         len(ids_with),
         len(ids_without),
         ids_with == ids_without,
+        list(with_s.bounded),
+        list(without_s.bounded),
     )
 
 
