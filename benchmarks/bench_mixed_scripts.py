@@ -79,6 +79,7 @@ def make_items(n: int, seed: int) -> list[dict[str, str]]:
 
 def calibrate(base_url: str, out: Path) -> Any:
     from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
+
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 

@@ -278,7 +278,6 @@ class _NoHiddenStates:
 def test_every_backend_runs_the_hooks_and_the_same_scoring(tiny_auditor: Any) -> None:
     from mnemoscope.audit import auditor as audit_mod
     from mnemoscope.audit.auditor import Auditor, AuditRequest
-
     from mnemoscope.audit.backends import LocalBackend
 
     # the CRM block asked for: this backend traces hidden states (an audit that does not ask, does not)

@@ -79,6 +79,7 @@ def native_server(tmp_path_factory):
 def native_profile(native_server, tmp_path_factory):
     """An endpoint profile calibrated against llama-server (3 + 3 verified items, default template)."""
     from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
+
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
