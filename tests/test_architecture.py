@@ -466,3 +466,23 @@ def test_detectors_and_features_do_not_import_models():
     assert not bad, (
         "detectors/features import models/ (take traces or ModelInfo dicts instead):\n" + "\n".join(bad)
     )
+
+
+# -- the architecture page names every module ------------------------------------------------------
+
+
+def test_docs_name_every_module():
+    """docs/architecture.md names every module by its path under src/mnemoscope/ (a package by
+    its folder when the page lists it as one, e.g. ``data/profiles/``)."""
+    doc = (SRC.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if path.name == "__init__.py":
+            pkg = rel[: -len("__init__.py")]
+            if pkg and f"`{pkg}" not in doc:  # a package: its folder, or a module in it
+                missing.append(pkg)
+            continue
+        if f"`{rel}`" not in doc:
+            missing.append(rel)
+    assert not missing, "docs/architecture.md does not name these modules: " + ", ".join(missing)
