@@ -355,8 +355,12 @@ def render_text(card: Mapping[str, Any]) -> str:
             if isinstance(reused, int) and reused
             else ""
         )
-        + f", audit {_f(val['audit_seconds'], 2)} s"
-        + (" per answer" if val.get("labels") else " (held-out fold)")
+        + (
+            f", audit {_f(val['audit_seconds'], 2)} s"
+            + (" per answer" if val.get("labels") else " (held-out fold)")
+            if val.get("audit_seconds") is not None
+            else ", audit time not measured (calibrate --time-audits N times N live audits)"
+        )
     )
     st = val.get("profile_status") or {}
     if st:
