@@ -6,8 +6,10 @@ Thin: parse, build an :class:`~mnemoscope.audit.auditor.Auditor`, call it, rende
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from mnemoscope.cli.options import add_engine_args, add_model_args, add_stop_arg, stops_from_args
@@ -111,48 +113,41 @@ def run(args: argparse.Namespace) -> int:
             field="store_context",
         )
 
-    from mnemoscope.audit.auditor import AuditFailure, Auditor, AuditRequest, run_audit_file
-    from mnemoscope.cli.options import load_from_args
+    from mnemoscope.audit.auditor import AuditFailure, AuditRequest, run_audit_file
     from mnemoscope.integrations import otel
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
-    if args.endpoint:
-        from mnemoscope.cli.endpoint_args import audit_endpoint
+    if args.endpoint and getattr(args, "closed_book_test", False):
+        from mnemoscope.cli.endpoint_args import closed_book_test
 
-        return _report(args, audit_endpoint(args))
-    if args.input and args.engine == "ray":
+        return closed_book_test(args)
+    if args.input and args.engine == "ray" and not args.endpoint:
         return _report(args, _run_ray(args))
-    lm = load_from_args(args)
-    profile = args.profile
-    if profile is None and getattr(args, "auto_calibrate", False):
-        from mnemoscope.cli.calibrate_cmd import auto_profile
-
-        profile = auto_profile(lm, quiet=args.quiet)
-    auditor = Auditor.for_model(
-        lm,
-        profile,
-        rule=args.rule,
-        batch_size=args.batch_size,
-        layout=_asked_layout(args),
-    )
-    if args.input:
-        summary = run_audit_file(
-            auditor,
-            args.input,
-            args.out,
-            progress=not args.quiet,
-            overwrite=args.overwrite,
-            command=getattr(args, "argv", None),
-            store_context=args.store_context,
+    # one body for both backends: the model in process or behind --endpoint only changes the auditor
+    with _auditor(args) as auditor:
+        where = f" over {args.endpoint}" if args.endpoint else ""
+        if args.input:
+            summary = run_audit_file(
+                auditor,
+                args.input,
+                args.out,
+                progress=not args.quiet,
+                overwrite=args.overwrite,
+                command=getattr(args, "argv", None),
+                store_context=args.store_context,
+            )
+            print(
+                f"audited {summary['audited']} records{where} into {args.out}/results.jsonl "
+                f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
+            )
+            return _report(args, 0)
+        (res,) = auditor.audit(
+            [
+                AuditRequest(
+                    args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens
+                )
+            ]
         )
-        print(
-            f"audited {summary['audited']} records into {args.out}/results.jsonl "
-            f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
-        )
-        return _report(args, 0)
-    (res,) = auditor.audit(
-        [AuditRequest(args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens)]
-    )
     if isinstance(res, AuditFailure):
         raise InputError(res.message, field=res.field)
     d = res.to_dict()
@@ -160,7 +155,34 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(d, ensure_ascii=False))
     else:
         print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
+        if args.endpoint:
+            print(f"Backend: endpoint {d['endpoint']} ({d['endpoint_method']})")
     return 0
+
+
+@contextlib.contextmanager
+def _auditor(args: argparse.Namespace) -> Iterator[Any]:
+    """The command's auditor: the model behind ``--endpoint`` (its endpoint profile; the client
+    closed afterwards) or the one ``--model`` loads (its profile: given, shipped, or calibrated
+    once with ``--auto-calibrate``)."""
+    from mnemoscope.audit.auditor import Auditor
+    from mnemoscope.cli.options import load_from_args
+
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import client_from_args, endpoint_auditor
+
+        with client_from_args(args) as client:
+            yield endpoint_auditor(args, client, args.rule, args.batch_size)
+        return
+    lm = load_from_args(args)
+    profile = args.profile
+    if profile is None and getattr(args, "auto_calibrate", False):
+        from mnemoscope.cli.calibrate_cmd import auto_profile
+
+        profile = auto_profile(lm, quiet=args.quiet)
+    yield Auditor.for_model(
+        lm, profile, rule=args.rule, batch_size=args.batch_size, layout=_asked_layout(args)
+    )
 
 
 def _asked_layout(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,16 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 __all__ = [
     "add_endpoint_args",
     "add_endpoint_method_arg",
-    "audit_endpoint",
     "client_from_args",
+    "closed_book_test",
+    "endpoint_auditor",
     "endpoint_engine",
-    "repcs_calibrate_endpoint",
+    "repcs_calibrate_inputs",
     "repcs_eval_inputs",
     "repcs_score_endpoint",
     "template_spec",
@@ -142,7 +142,8 @@ def _report_failures(failures: list[dict[str, Any]], where: str) -> None:
 # -- audit -------------------------------------------------------------------------------------------
 
 
-def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) -> Any:
+def endpoint_auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) -> Any:
+    """The endpoint :class:`~mnemoscope.audit.auditor.Auditor` of ``--profile`` (an endpoint profile)."""
     from mnemoscope.audit.auditor import Auditor
     from mnemoscope.audit.profile import load_endpoint_profile
     from mnemoscope.errors import InputError
@@ -161,54 +162,15 @@ def _auditor(args: argparse.Namespace, client: Any, rule: str, batch_size: int) 
     )
 
 
-def audit_endpoint(args: argparse.Namespace) -> int:
-    """``mnemoscope audit --endpoint URL --profile DIR ...``."""
-    from mnemoscope.audit.auditor import AuditFailure, AuditRequest, run_audit_file
-    from mnemoscope.cli.render import render_audit, use_colour
+def closed_book_test(args: argparse.Namespace) -> int:
+    """``mnemoscope audit --endpoint URL --closed-book-test``: the weaker test of a chat-only API."""
     from mnemoscope.errors import InputError
+    from mnemoscope.pipelines.closed_book import closed_book_comparison
 
-    if getattr(args, "closed_book_test", False):
-        from mnemoscope.pipelines.closed_book import closed_book_comparison
-
-        if args.input or args.query is None:
-            raise InputError("--closed-book-test takes one --context and --query")
-        with client_from_args(args) as client:
-            print(
-                json.dumps(closed_book_comparison(client, args.context or "", args.query), ensure_ascii=False)
-            )
-        return 0
+    if args.input or args.query is None:
+        raise InputError("--closed-book-test takes one --context and --query")
     with client_from_args(args) as client:
-        auditor = _auditor(args, client, args.rule, args.batch_size)
-        if args.input:
-            summary = run_audit_file(
-                auditor,
-                args.input,
-                args.out,
-                progress=not args.quiet,
-                overwrite=args.overwrite,
-                command=getattr(args, "argv", None),
-                store_context=getattr(args, "store_context", False),
-            )
-            print(
-                f"audited {summary['audited']} records over {args.endpoint} into {args.out}/results.jsonl "
-                f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
-            )
-            return 0
-        (res,) = auditor.audit(
-            [
-                AuditRequest(
-                    args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens
-                )
-            ]
-        )
-    if isinstance(res, AuditFailure):
-        raise InputError(res.message, field=res.field)
-    d = res.to_dict()
-    if args.json:
-        print(json.dumps(d, ensure_ascii=False))
-    else:
-        print(render_audit(d, colour=use_colour(args.color, sys.stdout)))
-        print(f"Backend: endpoint {d['endpoint']} ({d['endpoint_method']})")
+        print(json.dumps(closed_book_comparison(client, args.context or "", args.query), ensure_ascii=False))
     return 0
 
 
@@ -217,7 +179,7 @@ def endpoint_engine(args: argparse.Namespace, rule: str, batch_size: int, profil
     ``profile``: the settings' profile when ``--profile`` is not given."""
     if not args.profile and profile:
         args.profile = profile
-    return _auditor(args, client_from_args(args), rule, batch_size)
+    return endpoint_auditor(args, client_from_args(args), rule, batch_size)
 
 
 # -- repcs ---------------------------------------------------------------------------------------------
@@ -271,38 +233,27 @@ def _pc_dict(config: Any) -> dict[str, Any]:
     return {**config.builder.to_dict(), "max_new_tokens": config.max_new_tokens, "top_k": config.top_k}
 
 
-def repcs_calibrate_endpoint(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from mnemoscope.pipelines.repcs import calibration_hash
-
-    out = Path(args.out)
+def repcs_calibrate_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``repcs calibrate --endpoint``: what the one calibrate body of ``repcs_cmd`` needs, traced over
+    the endpoint (``records``, ``traces``, ``detector``, ``model``, ``pair_config``, the calibration
+    record's extra fields: the chat template, the backend and its method)."""
     config = _pair_config(args)
     with client_from_args(args) as client:
         model, caps = _identity(client, config)
         records, traces = _traced(args, client, config)
-    labels = np.array([0 if r.label is None else r.label for r in records])
-    det = _detector(args).fit(traces, labels)
-    clean = [t for t, y in zip(traces, labels, strict=True) if y == 0]
-    record = det.calibration_record(
-        model=model,
-        pair_config=_pc_dict(config),
-        chat_template=config.template.to_dict(),
-        backend="endpoint",
-        endpoint_method=caps.method,
-        calibration_data_sha256=calibration_hash(clean),
-        input=args.input,
-        n_memorized=int((labels == 1).sum()),
-        empty_context_records=int(sum(t.identical_prompts for t in clean)),
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1, default=float) + "\n")
-    tau = record["tau"]
-    print(
-        f"tau = {tau:.4f} nats (top-k Z over {args.endpoint}, alpha {args.alpha}, n = {record['n']} clean queries, "
-        f"T = {record['T']}) -> {out}"
-    )
-    return 0
+    return {
+        "records": records,
+        "traces": traces,
+        "detector": _detector(args),
+        "model": model,
+        "pair_config": _pc_dict(config),
+        "record_extra": {
+            "chat_template": config.template.to_dict(),
+            "backend": "endpoint",
+            "endpoint_method": caps.method,
+        },
+        "over": f"top-k Z over {args.endpoint}, ",
+    }
 
 
 def repcs_score_endpoint(args: argparse.Namespace) -> dict[str, Any]:

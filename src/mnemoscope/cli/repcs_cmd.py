@@ -169,24 +169,27 @@ def _traced(args: argparse.Namespace, lm: Any, config: Any, default_dir: Path) -
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    """One calibrate body for both backends: the backend supplies the traces, the detector and the
+    identity (:func:`_local_calibrate_inputs`, ``endpoint_args.repcs_calibrate_inputs``)."""
     import numpy as np
 
     from mnemoscope.pipelines.repcs import calibration_hash
 
-    if args.endpoint:
-        from mnemoscope.cli.endpoint_args import repcs_calibrate_endpoint
-
-        return repcs_calibrate_endpoint(args)
     out = Path(args.out)
-    lm = load_from_args(args)
-    config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
-    records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
+    if args.endpoint:
+        from mnemoscope.cli.endpoint_args import repcs_calibrate_inputs
+
+        inputs = repcs_calibrate_inputs(args)
+    else:
+        inputs = _local_calibrate_inputs(args, out)
+    records, traces = inputs["records"], inputs["traces"]
     labels = np.array([0 if r.label is None else r.label for r in records])
-    det = _detector(args).fit(traces, labels)
+    det = inputs["detector"].fit(traces, labels)
     clean = [t for t, y in zip(traces, labels, strict=True) if y == 0]
     record = det.calibration_record(
-        model=lm.info.to_dict(),
-        pair_config=config.to_dict(),
+        model=inputs["model"],
+        pair_config=inputs["pair_config"],
+        **inputs["record_extra"],
         calibration_data_sha256=calibration_hash(clean),
         input=args.input,
         n_memorized=int((labels == 1).sum()),
@@ -196,7 +199,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(record, indent=1, default=float) + "\n")
     b = record["bound"]
     print(
-        f"tau = {record['tau']:.4f} nats (alpha {args.alpha}, n = {record['n']} clean queries, T = {record['T']})"
+        f"tau = {record['tau']:.4f} nats ({inputs['over']}alpha {args.alpha}, n = {record['n']} clean queries, "
+        f"T = {record['T']})"
     )
     print(
         f"guarantee: expected FPR <= alpha (conformal quantile); with prob. {1 - args.delta:.2f} the true FPR <= "
@@ -211,6 +215,22 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"paper bound: not measured ({b['delta_gap_method']})")
     print(f"-> {out}")
     return 0
+
+
+def _local_calibrate_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``repcs calibrate`` in process: the traces (resumable, next to OUT), the detector, the identity."""
+    lm = load_from_args(args)
+    config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
+    records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
+    return {
+        "records": records,
+        "traces": traces,
+        "detector": _detector(args),
+        "model": lm.info.to_dict(),
+        "pair_config": config.to_dict(),
+        "record_extra": {},
+        "over": "",
+    }
 
 
 def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
