@@ -78,8 +78,9 @@ def make_items(n: int, seed: int) -> list[dict[str, str]]:
 
 
 def calibrate(base_url: str, out: Path) -> Any:
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
-
+    from mnemoscope.audit.calibrate import calibrate as calibrate_profile
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
@@ -87,8 +88,8 @@ def calibrate(base_url: str, out: Path) -> Any:
     picked = [it for it in items if it["label"] == 0][:5] + [it for it in items if it["label"] == 1][:5]
     recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
     with EndpointClient(EndpointConfig(base_url, concurrency=1, timeout=600)) as c:
-        return calibrate_endpoint_profile(
-            c, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
+        return calibrate_profile(
+            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
         )
 
 

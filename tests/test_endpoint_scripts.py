@@ -78,8 +78,9 @@ def native_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def native_profile(native_server, tmp_path_factory):
     """An endpoint profile calibrated against llama-server (3 + 3 verified items, default template)."""
-    from mnemoscope.audit.endpoint_calibration import EndpointCalibrationConfig, calibrate_endpoint_profile
-
+    from mnemoscope.audit.calibrate import calibrate
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
     from mnemoscope.data.records import Record
     from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
 
@@ -89,8 +90,8 @@ def native_profile(native_server, tmp_path_factory):
     recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
     out = tmp_path_factory.mktemp("native-profile")
     with EndpointClient(EndpointConfig(native_server.base_url, concurrency=1, timeout=300)) as c:
-        return calibrate_endpoint_profile(
-            c, recs, out, EndpointCalibrationConfig(chat_template="default"), progress=False
+        return calibrate(
+            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
         )
 
 
