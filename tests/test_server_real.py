@@ -51,7 +51,8 @@ def test_real_profile_and_audits(real_lm: Any, real_profile: Path) -> None:
     assert 0 < len(prof.crm.layers) <= real_lm.info.n_layers + 1
     assert 0 not in prof.crm.layers.tolist()  # the embedding row has zero displacement
     assert prof.crm.classifier == "lr" and h["data"]["n_clean"] == 8
-    eng = Auditor(real_lm, prof)
+    assert Auditor(real_lm, prof).backend.hidden is False  # black-box unless CRM is asked for
+    eng = Auditor(real_lm, prof, crm_probability=True)  # CRM's outputs asked for: hidden states traced
     mem, new = eng.audit(
         [
             AuditRequest(
