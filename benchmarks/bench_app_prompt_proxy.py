@@ -49,7 +49,7 @@ def main() -> None:
     from openai import OpenAI
 
     prov = provenance()
-    prof = load_profile(args.profile)
+    prof = load_profile(args.profile, backend="endpoint")
     app = app_prompt_of(prof.header)
     if app is None:
         raise SystemExit(f"{args.profile} was not calibrated with --prompt: nothing to compare")

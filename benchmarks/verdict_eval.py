@@ -180,13 +180,15 @@ def held_out_metrics(items: list[dict], audits: list[dict | None], secs: float) 
             )
             for x in d
         ],
-        "crm_lts_anomaly_score": [x["crm"]["anomaly_score"] for x in d],
-        "crm_probability": [x["crm"].get("crm_probability") for x in d],
+        # CRM's numbers exist only when the audits traced hidden states (issue 35: not by default)
+        "crm_lts_anomaly_score": [(x.get("crm") or {}).get("anomaly_score") for x in d],
+        "crm_probability": [(x.get("crm") or {}).get("crm_probability") for x in d],
     }
     aucs = {k: _auc(v, y) for k, v in sig.items() if all(s is not None for s in v)}
     expected = np.where(y == 1, "memory", "context")
     repcs_flag = np.array([x["repcs"]["memorized"] for x in d])
-    crm_flag = np.array([x["crm"]["anomaly_flag"] for x in d])
+    has_crm = all(x.get("crm") for x in d)
+    crm_flag = np.array([x["crm"]["anomaly_flag"] for x in d]) if has_crm else None
     mem_flag = src == "memory"
     g = d[0]["guarantee"]
     return {
@@ -216,7 +218,9 @@ def held_out_metrics(items: list[dict], audits: list[dict | None], secs: float) 
             "false_flag_rate": float(crm_flag[clean].mean()),
             "memory_recall": float(crm_flag[~clean].mean()),
             "accuracy": float((crm_flag == (y == 1)).mean()),
-        },
+        }
+        if crm_flag is not None
+        else "not measured: the audits traced no hidden states (the verdict does not read CRM)",
     }
 
 
