@@ -466,22 +466,17 @@ def run_audit_file(
             todo.append((lineno, item))
     n_ok = 0
     stop = EarlyStop(early_stop, what="audit")
-    outcome = "interrupted"
-    try:
-        with tqdm(total=len(todo), disable=not progress, unit="audit", desc="audit") as bar:
-            for start in range(0, len(todo), auditor.batch_size):
-                chunk = todo[start : start + auditor.batch_size]
-                lines, failed = audit_batch(auditor, chunk, store_context=store_context)
-                errors.extend(failed)
-                n_ok += folder.append(lines)
-                bar.update(len(chunk))
-                note_outcomes(stop, len(lines), failed)
-        outcome = "finished"
-    except MnemoscopeError as e:
-        outcome = f"stopped: {type(e).__name__}: {e}"
-        raise
-    finally:
-        folder.end_run(errors, outcome=outcome)
+    with (
+        folder.recording(errors, stopped_by=MnemoscopeError),
+        tqdm(total=len(todo), disable=not progress, unit="audit", desc="audit") as bar,
+    ):
+        for start in range(0, len(todo), auditor.batch_size):
+            chunk = todo[start : start + auditor.batch_size]
+            lines, failed = audit_batch(auditor, chunk, store_context=store_context)
+            errors.extend(failed)
+            n_ok += folder.append(lines)
+            bar.update(len(chunk))
+            note_outcomes(stop, len(lines), failed)
     summary = {
         "records": n_lines,
         "audited": n_ok,

@@ -20,11 +20,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +318,26 @@ class ResultsFolder:
             outcome=outcome,
         )
         self._write_meta(meta)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def recording(
+        self,
+        errors: Sequence[dict[str, Any]],
+        *,
+        stopped_by: type[BaseException] | tuple[type[BaseException], ...],
+    ) -> Iterator[None]:
+        """The run's body: on leaving it, :meth:`end_run` with ``errors`` (read then, so the body may
+        still append to them) and the outcome: ``"finished"``, ``"stopped: <error>"`` for an
+        exception of ``stopped_by`` (re-raised), else ``"interrupted"``."""
+        outcome = "interrupted"
+        try:
+            yield
+            outcome = "finished"
+        except stopped_by as e:
+            outcome = f"stopped: {type(e).__name__}: {e}"
+            raise
+        finally:
+            self.end_run(errors, outcome=outcome)
 
     def write_errors(self, rows: Sequence[dict[str, Any]]) -> None:
         """Rewrite ``errors.jsonl`` at the end of a run: :meth:`end_run` with the outcome not recorded."""

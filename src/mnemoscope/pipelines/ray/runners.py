@@ -129,17 +129,10 @@ def ray_audit_file(
     run = RunStats()
     if not todo and (out / "meta.json").is_file():
         check(probe(ray, AuditWorker, kwargs, options.cpus_per_worker, options.gpus_per_worker))
-    outcome = "interrupted"
-    try:
+    with folder.recording(errors, stopped_by=Exception):
         stream(
             ray, AuditWorker, kwargs, chunked(todo, options.batch_size), options, on_batch, "audit (ray)", run
         )
-        outcome = "finished"
-    except Exception as e:
-        outcome = f"stopped: {type(e).__name__}: {e}"
-        raise
-    finally:
-        folder.end_run(errors, outcome=outcome)
     if parquet:
         write_results_parquet(results_path, out / "results.parquet")
     engine = engine_record(options, ray, run, time.perf_counter() - t0)
