@@ -233,20 +233,30 @@ def _pc_dict(config: Any) -> dict[str, Any]:
     return {**config.builder.to_dict(), "max_new_tokens": config.max_new_tokens, "top_k": config.top_k}
 
 
-def repcs_calibrate_inputs(args: argparse.Namespace) -> dict[str, Any]:
-    """``repcs calibrate --endpoint``: what the one calibrate body of ``repcs_cmd`` needs, traced over
-    the endpoint (``records``, ``traces``, ``detector``, ``model``, ``pair_config``, the calibration
-    record's extra fields: the chat template, the backend and its method)."""
+def _endpoint_inputs(args: argparse.Namespace) -> tuple[dict[str, Any], Any, Any]:
+    """What ``repcs calibrate`` and ``repcs eval`` need over the endpoint: the records traced through
+    it, the detector and the served model's identity; with the pair settings and its capabilities."""
     config = _pair_config(args)
     with client_from_args(args) as client:
         model, caps = _identity(client, config)
         records, traces = _traced(args, client, config)
-    return {
+    inputs = {
         "records": records,
         "traces": traces,
         "detector": _detector(args),
         "model": model,
         "pair_config": _pc_dict(config),
+    }
+    return inputs, config, caps
+
+
+def repcs_calibrate_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """``repcs calibrate --endpoint``: what the one calibrate body of ``repcs_cmd`` needs, traced over
+    the endpoint (``records``, ``traces``, ``detector``, ``model``, ``pair_config``, the calibration
+    record's extra fields: the chat template, the backend and its method)."""
+    inputs, config, caps = _endpoint_inputs(args)
+    return {
+        **inputs,
         "record_extra": {
             "chat_template": config.template.to_dict(),
             "backend": "endpoint",
@@ -280,17 +290,10 @@ def repcs_eval_inputs(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.selfcheck:
         raise InputError("--selfcheck samples the model locally; it is not available with --endpoint")
-    config = _pair_config(args)
-    with client_from_args(args) as client:
-        model, caps = _identity(client, config)
-        records, traces = _traced(args, client, config)
+    inputs, _, caps = _endpoint_inputs(args)
     backend = {"backend": "endpoint", "endpoint_method": caps.method}
     return {
-        "records": records,
-        "traces": traces,
-        "detector": _detector(args),
-        "model": model,
-        "pair_config": _pc_dict(config),
+        **inputs,
         "report_extra": {
             **backend,
             "unavailable": ["full-vocabulary KL (the report's estimator is top-k)", "hidden-state detectors"],

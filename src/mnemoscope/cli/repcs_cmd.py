@@ -217,20 +217,27 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_calibrate_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """``repcs calibrate`` in process: the traces (resumable, next to OUT), the detector, the identity."""
+def _local_inputs(args: argparse.Namespace, traces_dir: Path) -> tuple[dict[str, Any], Any, Any]:
+    """What ``repcs calibrate`` and ``repcs eval`` need in process: the traces (resumable, into
+    ``traces_dir``), the detector and the identity; with the loaded model and the pair settings."""
     lm = load_from_args(args)
     config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
-    records, traces = _traced(args, lm, config, out.with_suffix(".traces"))
-    return {
+    records, traces = _traced(args, lm, config, traces_dir)
+    inputs = {
         "records": records,
         "traces": traces,
         "detector": _detector(args),
         "model": lm.info.to_dict(),
         "pair_config": config.to_dict(),
-        "record_extra": {},
         "over": "",
     }
+    return inputs, lm, config
+
+
+def _local_calibrate_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """``repcs calibrate`` in process: the traces next to OUT."""
+    inputs, _, _ = _local_inputs(args, out.with_suffix(".traces"))
+    return {**inputs, "record_extra": {}}
 
 
 def _ray_score(args: argparse.Namespace) -> dict[str, Any]:
@@ -283,9 +290,8 @@ def _score(args: argparse.Namespace) -> int:
 def _local_eval_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """``repcs eval`` in process: trace (resumable, into ``--traces`` or OUT/traces), and with
     ``--selfcheck`` sample closed-book answers for the SelfCheck baseline."""
-    lm = load_from_args(args)
-    config = _pair_config(args.template, chat_for(args, lm), args.max_new_tokens, args.answer_without)
-    records, traces = _traced(args, lm, config, out / "traces")
+    inputs, lm, config = _local_inputs(args, out / "traces")
+    traces = inputs["traces"]
     samples = None
     if args.selfcheck and traces:
         from mnemoscope.trace import Tracer
@@ -294,17 +300,7 @@ def _local_eval_inputs(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         ids = [tracer.encode(t.prompt_without, chat=config.builder.chat) for t in traces]
         sampled = tracer.sample(ids, args.selfcheck, args.max_new_tokens, seed=args.seed)
         samples = [[lm.tokenizer.decode(s, skip_special_tokens=True) for s in group] for group in sampled]
-    return {
-        "records": records,
-        "traces": traces,
-        "detector": _detector(args),
-        "model": lm.info.to_dict(),
-        "pair_config": config.to_dict(),
-        "samples": samples,
-        "report_extra": {},
-        "row_extra": {},
-        "over": "",
-    }
+    return {**inputs, "samples": samples, "report_extra": {}, "row_extra": {}}
 
 
 def _eval(args: argparse.Namespace) -> int:
