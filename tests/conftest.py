@@ -85,20 +85,27 @@ def llama_server(tmp_path_factory):
 def endpoint_profile(llama_server, tmp_path_factory):
     """An endpoint profile calibrated against the real llama.cpp server (5 context-needed + 5 memory
     items of the verified context-reliance set, chat template of the default model)."""
-    import json
+    from helpers import calibrate_on_verified
 
-    from mnemoscope.audit.calibrate import calibrate
-    from mnemoscope.audit.profile import CalibrationConfig
-    from mnemoscope.audit.tracing import EndpointTracer
-    from mnemoscope.data.records import Record
-    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+    return calibrate_on_verified(llama_server.base_url, tmp_path_factory.mktemp("endpoint-profile"), 5)
 
-    verified = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "verdict" / "verified.jsonl"
-    items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]
-    picked = [it for it in items if it["label"] == 0][:5] + [it for it in items if it["label"] == 1][:5]
-    recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
-    out = tmp_path_factory.mktemp("endpoint-profile")
-    with EndpointClient(EndpointConfig(llama_server.base_url, concurrency=1, timeout=300)) as c:
-        return calibrate(
-            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
-        )
+
+@pytest.fixture(scope="module")
+def native_server(tmp_path_factory):
+    """llama-server serving the default model's GGUF; skipped unless $MNEMOSCOPE_LLAMA_SERVER names
+    the binary (scripts/ci_services.sh builds it from the llama.cpp sources llama-cpp-python vendors);
+    a failure instead under MNEMOSCOPE_REQUIRE_SERVICES=1."""
+    from llama_servers import LlamaServerNative, native_server_binary
+    from mnemoscope.models.loader import default_gguf_path
+
+    if native_server_binary() is None:
+        reason = "no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (scripts/ci_services.sh builds it)"
+        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
+        pytest.skip(reason)
+    log = tmp_path_factory.mktemp("llama-server-native") / "server.log"
+    s = LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log).start(timeout=300)
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -106,3 +106,28 @@ def zor_records(n: int) -> list[Any]:
         )
         for i in range(n)
     ]
+
+
+def calibrate_on_verified(base_url: str, out: Any, per_label: int) -> Any:
+    """An endpoint profile calibrated against the server at ``base_url`` on the first ``per_label``
+    context-needed and ``per_label`` memory items of the verified context-reliance set
+    (``benchmarks/results/verdict/verified.jsonl``), the default model's chat template."""
+    import json
+    from pathlib import Path
+
+    from mnemoscope.audit.calibrate import calibrate
+    from mnemoscope.audit.profile import CalibrationConfig
+    from mnemoscope.audit.tracing import EndpointTracer
+    from mnemoscope.data.records import Record
+    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+
+    verified = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "verdict" / "verified.jsonl"
+    items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]
+    picked = [it for it in items if it["label"] == 0][:per_label] + [it for it in items if it["label"] == 1][
+        :per_label
+    ]
+    recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
+    with EndpointClient(EndpointConfig(base_url, concurrency=1, timeout=300)) as c:
+        return calibrate(
+            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
+        )

@@ -10,7 +10,6 @@ MNEMOSCOPE_REQUIRE_SERVICES=1) and, for ``native``, to llama.cpp's C++ llama-ser
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -422,28 +421,7 @@ def test_plain_prompts_refusal_names_the_chat_template_flag(llama_server):
         trace_endpoint_pair(c, it["id"], it["context"], it["query"], cfg)
 
 
-# -- llama.cpp's C++ llama-server (native path) -----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def native_server(tmp_path_factory):
-    """llama-server serving the default model's GGUF; skipped unless $MNEMOSCOPE_LLAMA_SERVER names
-    the binary (scripts/ci_services.sh builds it from the llama.cpp sources llama-cpp-python vendors);
-    a failure instead under MNEMOSCOPE_REQUIRE_SERVICES=1."""
-    from llama_servers import LlamaServerNative, native_server_binary
-    from mnemoscope.models.loader import default_gguf_path
-
-    if native_server_binary() is None:
-        reason = "no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (scripts/ci_services.sh builds it)"
-        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
-        pytest.skip(reason)
-    log = tmp_path_factory.mktemp("llama-server-native") / "server.log"
-    s = LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log).start(timeout=300)
-    try:
-        yield s
-    finally:
-        s.stop()
+# -- llama.cpp's C++ llama-server (native path; the native_server fixture is in conftest.py) ---------
 
 
 def test_native_path_on_llama_server(native_server, chat_cfg):

@@ -10,9 +10,7 @@ llama-server binary ($MNEMOSCOPE_LLAMA_SERVER, skipped without it unless MNEMOSC
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -58,41 +56,11 @@ def test_topk_bound_is_the_kth_probability_or_the_tail():
 
 
 @pytest.fixture(scope="module")
-def native_server(tmp_path_factory):
-    from llama_servers import LlamaServerNative, native_server_binary
-    from mnemoscope.models.loader import default_gguf_path
-
-    if native_server_binary() is None:
-        reason = "no llama-server binary: set MNEMOSCOPE_LLAMA_SERVER (scripts/ci_services.sh builds it)"
-        if os.environ.get("MNEMOSCOPE_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason} (MNEMOSCOPE_REQUIRE_SERVICES=1)")
-        pytest.skip(reason)
-    log = tmp_path_factory.mktemp("llama-server-scripts") / "server.log"
-    s = LlamaServerNative(default_gguf_path(), n_threads=2, log_path=log).start(timeout=300)
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
 def native_profile(native_server, tmp_path_factory):
     """An endpoint profile calibrated against llama-server (3 + 3 verified items, default template)."""
-    from mnemoscope.audit.calibrate import calibrate
-    from mnemoscope.audit.profile import CalibrationConfig
-    from mnemoscope.audit.tracing import EndpointTracer
-    from mnemoscope.data.records import Record
-    from mnemoscope.models.endpoint import EndpointClient, EndpointConfig
+    from helpers import calibrate_on_verified
 
-    verified = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "verdict" / "verified.jsonl"
-    items = [json.loads(x) for x in verified.read_text().splitlines() if x.strip()]
-    picked = [it for it in items if it["label"] == 0][:3] + [it for it in items if it["label"] == 1][:3]
-    recs = [Record(id=it["id"], context=it["context"], query=it["query"], label=it["label"]) for it in picked]
-    out = tmp_path_factory.mktemp("native-profile")
-    with EndpointClient(EndpointConfig(native_server.base_url, concurrency=1, timeout=300)) as c:
-        return calibrate(
-            EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
-        )
+    return calibrate_on_verified(native_server.base_url, tmp_path_factory.mktemp("native-profile"), 3)
 
 
 def _client(server):  # type: ignore[no-untyped-def]
