@@ -449,16 +449,9 @@ def draw_until(
         else:
             size = _round_size(budget, len(drawn), min_round, budget_seconds is not None and not drawn)
             a_conf = _conflict_share(size, avail, pool)
-            v_m = (
-                verified["memory"] + rate("conflict", "memory", 0.0) * a_conf
-                if a_conf
-                else verified["memory"]
-            )
-            v_c = (
-                verified["context"] + rate("conflict", "context", 0.0) * a_conf
-                if a_conf
-                else verified["context"]
-            )
+            # what the round's knowledge conflicts are expected to add to each class (0 without any)
+            v_m = verified["memory"] + rate("conflict", "memory", 0.0) * a_conf
+            v_c = verified["context"] + rate("conflict", "context", 0.0) * a_conf
             new = _split(size - a_conf, v_m, v_c, rate("memory", "memory"), rate("clean", "context"), avail)
             if a_conf:
                 new["conflict"] = a_conf
