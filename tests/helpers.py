@@ -131,3 +131,13 @@ def calibrate_on_verified(base_url: str, out: Any, per_label: int) -> Any:
         return calibrate(
             EndpointTracer(c, chat_template="default"), recs, out, CalibrationConfig(), progress=False
         )
+
+
+def prom_series(text: str, name: str) -> dict[str, float]:
+    """``{labels: value}`` of one Prometheus series family in the text exposition format."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            key, val = line.rsplit(" ", 1)
+            out[key[len(name) :]] = float(val)
+    return out

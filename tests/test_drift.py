@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from helpers import prom_series
 from mnemoscope.stats.drift import (
     NOT_ENOUGH,
     DriftMonitor,
@@ -199,16 +200,6 @@ def test_reference_of_a_profile_or_why_there_is_none(lm: Any, held_out_profile: 
         drift_reference(load_profile(orphan, model=lm.info))
 
 
-def _metric(text: str, name: str) -> dict[str, float]:
-    """``{labels: value}`` of one Prometheus series family in the text format."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, val = line.rsplit(" ", 1)
-            out[key[len(name) :]] = float(val)
-    return out
-
-
 def test_serve_surfaces_window_statistic_and_p_value(lm: Any, held_out_profile: Path, tmp_path: Path) -> None:
     """Real audits through the HTTP API: before the window is full the surfaces say "not enough
     answers yet" and export no p-value; after it they carry the window, statistics and p-values."""
@@ -242,27 +233,27 @@ def test_serve_surfaces_window_statistic_and_p_value(lm: Any, held_out_profile: 
         for i in range(19):
             audit(i)
         text = c.get("/metrics").text
-        assert _metric(text, "mnemoscope_drift_state")['{state="not enough answers yet"}'] == 1
-        assert _metric(text, "mnemoscope_drift_window_answers")[""] == 19
-        assert not _metric(text, "mnemoscope_drift_p_value")
+        assert prom_series(text, "mnemoscope_drift_state")['{state="not enough answers yet"}'] == 1
+        assert prom_series(text, "mnemoscope_drift_window_answers")[""] == 19
+        assert not prom_series(text, "mnemoscope_drift_p_value")
         card = c.get("/v1/profile", headers=auth).json()["card"]["drift"]
         assert card["state"] == NOT_ENOUGH and card["last"] is None and card["current"] == {"n": 19, "of": 20}
 
         audit(19)
         text = c.get("/metrics").text
-        pv = _metric(text, "mnemoscope_drift_p_value")
+        pv = prom_series(text, "mnemoscope_drift_p_value")
         assert (
             '{test="p_memory"}' in pv and '{test="flag_rate"}' in pv and all(0 <= v <= 1 for v in pv.values())
         )
-        assert _metric(text, "mnemoscope_drift_windows_total")[""] == 1
-        assert _metric(text, "mnemoscope_drift_window_answers")[""] == 0
+        assert prom_series(text, "mnemoscope_drift_windows_total")[""] == 1
+        assert prom_series(text, "mnemoscope_drift_window_answers")[""] == 0
         card = c.get("/v1/profile", headers=auth).json()["card"]["drift"]
         last = card["last"]
         assert card["state"] in ("drift", "no drift") and last["answers"] == [1, 20] and last["n"] == 20
         by = {t["name"]: t for t in last["tests"]}
         assert by["p_memory"]["p_value"] == pytest.approx(pv['{test="p_memory"}'])
         assert by["p_memory"]["statistic"] == pytest.approx(
-            _metric(text, "mnemoscope_drift_statistic")['{test="p_memory"}']
+            prom_series(text, "mnemoscope_drift_statistic")['{test="p_memory"}']
         )
         assert card["reference"]["n"] == watch.monitor.reference.n
 
@@ -289,9 +280,9 @@ def test_serve_without_a_reference_says_drift_is_not_watched(
             c.post("/v1/audit", json={"context": "Zor5 lies on Ka0.", "query": "Where?"}).status_code == 200
         )
         text = c.get("/metrics").text
-        watched = _metric(text, "mnemoscope_drift_watched")
+        watched = prom_series(text, "mnemoscope_drift_watched")
         assert list(watched.values()) == [0] and NO_REFERENCE in next(iter(watched))
-        assert _metric(text, "mnemoscope_drift_state")['{state="not watched"}'] == 1
-        assert not _metric(text, "mnemoscope_drift_p_value")
+        assert prom_series(text, "mnemoscope_drift_state")['{state="not watched"}'] == 1
+        assert not prom_series(text, "mnemoscope_drift_p_value")
         drift = c.get("/v1/profile").json()["card"]["drift"]
         assert drift["watched"] is False and drift["reason"].startswith(NO_REFERENCE)

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from helpers import prom_series
+
 CTX = "Quenmar is a small town in the north. The river Zorblat runs through Quenmar."
 QUERY = "Which river runs through Quenmar?"
 MESSAGES = [{"role": "user", "content": f"Context: {CTX}\n\nQuestion: {QUERY}\n\nAnswer:"}]
@@ -400,15 +402,6 @@ def test_audit_wait_returns_the_answer_pending_and_logs_the_audit_later(
 # -- the drift watch (GET /mnemoscope/metrics) --------------------------------------------------------
 
 
-def _series(text: str, name: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, val = line.rsplit(" ", 1)
-            out[key[len(name) :]] = float(val)
-    return out
-
-
 def test_metrics_route_counts_audits_and_says_why_drift_is_not_watched(proxy):
     import httpx
 
@@ -419,12 +412,12 @@ def test_metrics_route_counts_audits_and_says_why_drift_is_not_watched(proxy):
     )
     r = httpx.get(proxy.base_url[: -len("/v1")] + "/mnemoscope/metrics", timeout=30)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    assert _series(r.text, "mnemoscope_proxy_audits_total")['{status="audited"}'] >= 1
+    assert prom_series(r.text, "mnemoscope_proxy_audits_total")['{status="audited"}'] >= 1
     # the test profile is calibrated on 10 items: too few held-out answers to compare with
-    ((reason, watched),) = _series(r.text, "mnemoscope_drift_watched").items()
+    ((reason, watched),) = prom_series(r.text, "mnemoscope_drift_watched").items()
     assert watched == 0 and NO_REFERENCE in reason
-    assert _series(r.text, "mnemoscope_drift_state")['{state="not watched"}'] == 1
-    assert not _series(r.text, "mnemoscope_drift_p_value")
+    assert prom_series(r.text, "mnemoscope_drift_state")['{state="not watched"}'] == 1
+    assert not prom_series(r.text, "mnemoscope_drift_p_value")
 
 
 def test_drift_window_of_real_audits_reaches_the_metrics(llama_server, endpoint_profile, tmp_path):
@@ -464,15 +457,15 @@ def test_drift_window_of_real_audits_reaches_the_metrics(llama_server, endpoint_
             assert got.model_extra["mnemoscope"]["status"] == "audited", got.model_extra["mnemoscope"]
             if i == 18:
                 text = httpx.get(url, timeout=30).text
-                assert _series(text, "mnemoscope_drift_state")['{state="not enough answers yet"}'] == 1
-                assert _series(text, "mnemoscope_drift_window_answers")[""] == 19
-                assert not _series(text, "mnemoscope_drift_p_value")
+                assert prom_series(text, "mnemoscope_drift_state")['{state="not enough answers yet"}'] == 1
+                assert prom_series(text, "mnemoscope_drift_window_answers")[""] == 19
+                assert not prom_series(text, "mnemoscope_drift_p_value")
         text = httpx.get(url, timeout=30).text
-        assert _series(text, "mnemoscope_drift_windows_total")[""] == 1
-        pv = _series(text, "mnemoscope_drift_p_value")
+        assert prom_series(text, "mnemoscope_drift_windows_total")[""] == 1
+        pv = prom_series(text, "mnemoscope_drift_p_value")
         assert {'{test="p_memory"}', '{test="flag_rate"}'} <= set(pv) and all(
             0 <= v <= 1 for v in pv.values()
         )
-        assert _series(text, "mnemoscope_drift_reference_answers")[""] == 221
+        assert prom_series(text, "mnemoscope_drift_reference_answers")[""] == 221
     finally:
         p.stop()
