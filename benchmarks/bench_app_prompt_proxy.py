@@ -12,12 +12,18 @@ object. It counts:
 * how the proxy compared each request with the calibrated prompt (``layout.prompt.status``) and
   the audits' statuses.
 
+With ``--send-prompt FILE`` the requests are rendered from another application prompt (a
+different system prompt or instructions, the context in the same place) instead of the
+calibrated one: the stream the proxy must mark "not the calibrated prompt"
+(``prompt.status = "different"``), and what the guarantee certified on the calibrated prompt is
+worth on it (its realised false-flag rate and recall).
+
 The proxy and the upstream must be running (``mnemoscope proxy --upstream ... --profile DIR``);
 the script does not start them.
 
 Usage:
     python benchmarks/bench_app_prompt_proxy.py --profile DIR --proxy http://127.0.0.1:8090/v1
-        [--model NAME] [--limit N] [--out benchmarks/results/proxy/app_prompt.json]
+        [--model NAME] [--limit N] [--send-prompt FILE] [--out benchmarks/results/proxy/app_prompt.json]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from mnemoscope.audit.profile import load_profile
 from mnemoscope.audit.prompt_match import app_prompt_of
 from mnemoscope.audit.validation import binomial_ci, read_held_out
 from mnemoscope.provenance import provenance
+from mnemoscope.trace.app_prompt import load_app_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +50,11 @@ def main() -> None:
     ap.add_argument("--proxy", required=True, help="the proxy's base URL (…/v1)")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--limit", type=int, default=None, help="at most this many held-out items")
+    ap.add_argument(
+        "--send-prompt",
+        default=None,
+        help="render the requests from this application prompt (a --prompt file) instead of the calibrated one",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/proxy/app_prompt.json"))
     args = ap.parse_args()
 
@@ -53,13 +65,14 @@ def main() -> None:
     app = app_prompt_of(prof.header)
     if app is None:
         raise SystemExit(f"{args.profile} was not calibrated with --prompt: nothing to compare")
+    sent = app if args.send_prompt is None else load_app_prompt(args.send_prompt)
     rows = [r for r in read_held_out(args.profile) if r.get("label") in (0, 1)][: args.limit]
     client = OpenAI(base_url=args.proxy, api_key="unused", timeout=600)
     load0 = os.getloadavg()
     seen: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for i, r in enumerate(rows, 1):
-        messages = app.render(r["context"], r["query"])
+        messages = sent.render(r["context"], r["query"])
         resp = client.chat.completions.create(
             model=args.model, messages=messages, temperature=0, max_tokens=prof.max_new_tokens
         )
@@ -93,6 +106,7 @@ def main() -> None:
         **prov,
         "machine": {"load_avg_start": [round(x, 2) for x in load0], "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
         "profile": {"path": str(args.profile), "hash": prof.content_hash, "alpha": alpha, "prompt": app.fingerprint()},
+        "sent_prompt": None if args.send_prompt is None else {"file": args.send_prompt, **sent.fingerprint()},
         "n_requests": len(seen),
         "seconds": round(seconds, 1),
         "statuses": statuses,
