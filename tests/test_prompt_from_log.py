@@ -387,6 +387,27 @@ def test_the_proxy_logs_the_skeleton_of_every_located_request(proxy_log):
     assert "prompt_template" not in logged["nocontext"]  # nothing located, no skeleton
 
 
+def test_a_real_audit_logs_the_apps_template(llama_server, endpoint_profile, tmp_path):
+    """The same with the real llama.cpp server and a real endpoint auditor (skipped without them)."""
+    from mnemoscope.cli.calibrate_cmd import app_prompt_from_log
+    from test_proxy import _openai, _proxy
+
+    db = tmp_path / "audits.db"
+    p = _proxy(llama_server, endpoint_profile, db)
+    try:
+        msgs = parse_app_prompt(APP_A).render(DOCS, QUESTION)
+        r = _openai(p.base_url).chat.completions.create(
+            model="smollm2", messages=msgs, temperature=0, max_tokens=16
+        )
+    finally:
+        p.stop()
+    audit = r.model_extra["mnemoscope"]
+    sha_a = parse_app_prompt(APP_A).fingerprint()["sha256"]
+    assert audit["status"] == "audited" and audit["prompt_template"]["fingerprint"]["sha256"] == sha_a
+    app, origin = app_prompt_from_log(str(db), out=io.StringIO())
+    assert app.fingerprint()["sha256"] == sha_a and origin["statuses"] == {"audited": 1}
+
+
 # -- (c) calibrate --prompt-from-log ---------------------------------------------------------------
 
 
