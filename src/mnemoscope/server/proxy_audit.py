@@ -57,10 +57,11 @@ def base_record(aid: str, meta: dict[str, Any], status: str, **fields: Any) -> d
 def template_record(
     located: Located, header: dict[str, Any] | None, query_role: str = "user"
 ) -> dict[str, Any]:
-    """``{"prompt_template": ...}``: the request's skeleton (:func:`~mnemoscope.audit.prompt_match.
-    skeleton_of`, with the profile ``header``'s calibrated prompt if any) as the profile records
-    a prompt (``AppPrompt.to_dict``: the messages or the completion prompt and the fingerprint),
-    or ``{}`` when the request has none (never raises: the answer and its audit come first)."""
+    """``{"prompt_template": ...}``: the request's skeleton
+    (:func:`~mnemoscope.audit.prompt_match.skeleton_of`, with the profile ``header``'s calibrated
+    prompt if any) as the profile records a prompt (``AppPrompt.to_dict``: the messages or the
+    completion prompt and the fingerprint), or ``{}`` when the request has none (never raises:
+    the answer and its audit come first)."""
     try:
         sk = skeleton_of(located, app_prompt_of(header or {}), query_role=query_role)
     except Exception:  # a malformed calibrated prompt in the header: no skeleton, the audit goes on
