@@ -214,6 +214,7 @@ def calibrate(
     overwrite: bool = False,
     traces_dir: str | Path | None = None,
     timing_sample: int = 0,
+    prompt_origin: dict[str, Any] | None = None,
 ) -> AuditProfile:
     """Calibrate a profile through ``tracer`` into ``out`` (module doc) and return it, loaded.
 
@@ -221,7 +222,9 @@ def calibrate(
     ``config.with_crm``. ``traces_dir``: where the traces go (default ``out/traces``; a re-run
     resumes them). ``timing_sample``: how many held-out records to audit live, one at a time, to
     time an audit (and compare it with the stored-trace scores: ``live_check``); 0 (default)
-    times none and the card says the audit time was not measured.
+    times none and the card says the audit time was not measured. ``prompt_origin``: where
+    ``config.app_prompt`` came from when it was not a file (``calibrate --prompt-from-log``: the
+    log, the sample, the template's share of it), recorded as the profile's ``prompt_origin``.
 
     Raises:
         InputError: partly labelled input with ``labels="given"``, unverifiable items with
@@ -309,6 +312,7 @@ def calibrate(
         "labels": check.summary(),
         **({} if draw is None else {"draw": draw.summary()}),
         "split": split,
+        **({} if prompt_origin is None else {"prompt_origin": prompt_origin}),
     }
     header["data"] = {
         "sha256": data_hash(pool),

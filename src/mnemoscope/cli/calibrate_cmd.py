@@ -26,6 +26,10 @@ from mnemoscope.cli.options import (
 __all__ = ["SHIPPED", "auto_profile", "print_card", "register", "shipped_records"]
 
 SHIPPED = "shipped:context-reliance"
+#: --prompt-from-log: the logged requests with a prompt template read by default
+LOG_SAMPLE = 500
+#: ... and the most records read to find them (records without one are skipped)
+LOG_SCAN_FACTOR = 20
 
 
 def register(sub: Any) -> None:
@@ -44,6 +48,7 @@ def register(sub: Any) -> None:
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --max-records 200   # a budget, balanced\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/qwen --budget 10   # ten minutes of tracing\n"
         "  mnemoscope calibrate --model qwen.gguf --out profiles/app --prompt app_prompt.json   # the app's prompt\n"
+        "  mnemoscope calibrate --model qwen.gguf --out profiles/app --prompt-from-log proxy-audits.db   # as logged\n"
         "  mnemoscope calibrate --model gemma.gguf --out profiles/gemma --labels given --input mine.jsonl\n"
         "  mnemoscope calibrate --endpoint http://127.0.0.1:8080/v1 --chat-template qwen.gguf --out p/\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -76,7 +81,9 @@ def register(sub: Any) -> None:
         help="a time budget for tracing: drawn in rounds as --max-records alone, stopping when the next round "
         "would not fit at the rate measured so far (the fit and the card come after it)",
     )
-    c.add_argument(
+    app = c.add_argument_group("the application's own prompt (instead of template A)")
+    which = app.add_mutually_exclusive_group()
+    which.add_argument(
         "--prompt",
         default=None,
         metavar="FILE",
@@ -84,6 +91,30 @@ def register(sub: Any) -> None:
         "{context} and one {query} placeholder where the app puts them (system prompt, few-shot turns, the "
         "context in any message); the profile records its fingerprint, and the proxy finds the context by it "
         "(docs/proxy.md)",
+    )
+    which.add_argument(
+        "--prompt-from-log",
+        default=None,
+        metavar="LOG",
+        help="calibrate on the application's prompt as the audit proxy logged it: LOG is the proxy's audit "
+        "log (a SQLite path or a postgresql:// URL, as 'mnemoscope log --db'); its most recent requests' "
+        "prompt templates (the messages with {context} and {query} where the proxy located them) are "
+        "grouped by fingerprint and the most common one is calibrated on, as --prompt FILE would "
+        "(docs/calibrate.md)",
+    )
+    app.add_argument(
+        "--log-sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"with --prompt-from-log: the N most recent logged requests with a prompt template (default {LOG_SAMPLE})",
+    )
+    app.add_argument(
+        "--log-template",
+        default=None,
+        metavar="SHA",
+        help="with --prompt-from-log: calibrate on this template (its fingerprint, or a prefix of it) "
+        "instead of the most common one",
     )
     c.add_argument(
         "--per-class",
@@ -252,6 +283,7 @@ def run(args: argparse.Namespace) -> int:
     from mnemoscope.data.records import read_records
     from mnemoscope.errors import InputError
 
+    app_prompt, prompt_origin = app_prompt_from_args(args)  # before the data and any model
     path = args.input
     if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
         path = shipped_records()
@@ -275,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     if args.per_class is None and args.labels == "given" and args.max_records is not None:
         records = sample_records(records, args.max_records, args.seed)  # nothing to verify: a fixed sample
     t0 = time.perf_counter()
-    cfg = calibration_config(args)
+    cfg = calibration_config(args, app_prompt)
     if args.endpoint and getattr(args, "engine", "local") == "ray":
         raise InputError(
             "--engine ray traces in process on Ray actors; over --endpoint the server does the work "
@@ -304,16 +336,17 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             overwrite=args.overwrite,
             timing_sample=args.time_audits,
+            prompt_origin=prompt_origin,
         )
     print(_summary(args.out, prof))
     print_card(prof, args.json, time.perf_counter() - t0)
     return 0
 
 
-def calibration_config(args: argparse.Namespace) -> Any:
-    """The :class:`~mnemoscope.audit.profile.CalibrationConfig` of the command line (both backends)."""
+def calibration_config(args: argparse.Namespace, app_prompt: Any = None) -> Any:
+    """The :class:`~mnemoscope.audit.profile.CalibrationConfig` of the command line (both backends);
+    ``app_prompt``: the application's prompt (:func:`app_prompt_from_args`)."""
     from mnemoscope.audit.profile import CalibrationConfig
-    from mnemoscope.trace.app_prompt import load_app_prompt
 
     d = CalibrationConfig()
     # CRM's options given on the command line ask for CRM (they configure nothing without it)
@@ -350,8 +383,189 @@ def calibration_config(args: argparse.Namespace) -> Any:
         # with --per-class the most records traced; alone (labels verified) the draw's budget
         max_traced=args.max_records if (args.per_class is not None or args.labels == "verify") else None,
         budget_seconds=None if args.budget is None else 60.0 * args.budget,
-        app_prompt=None if args.prompt is None else load_app_prompt(args.prompt),
+        app_prompt=app_prompt,
         with_crm=bool(args.with_crm or crm_asked),
+    )
+
+
+def app_prompt_from_args(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """(the application prompt to calibrate on or ``None``, where it came from or ``None``):
+    ``--prompt FILE`` or ``--prompt-from-log LOG`` (:func:`app_prompt_from_log`).
+
+    Raises:
+        InputError: a bad prompt file; ``--log-sample``/``--log-template`` without
+            ``--prompt-from-log``; what :func:`app_prompt_from_log` refuses.
+    """
+    from mnemoscope.errors import InputError
+    from mnemoscope.trace.app_prompt import load_app_prompt
+
+    log = getattr(args, "prompt_from_log", None)
+    if log is None:
+        for flag, val in (("--log-sample", args.log_sample), ("--log-template", args.log_template)):
+            if val is not None:
+                raise InputError(f"{flag} goes with --prompt-from-log LOG", field=flag[2:].replace("-", "_"))
+        return (None if args.prompt is None else load_app_prompt(args.prompt)), None
+    sample = LOG_SAMPLE if args.log_sample is None else args.log_sample
+    return app_prompt_from_log(log, sample=sample, template=args.log_template)
+
+
+def log_name(url: str) -> str:
+    """The log's path or URL without credentials (a PostgreSQL URL's user, password and query)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    u = urlsplit(url)
+    return urlunsplit((u.scheme, u.netloc.rsplit("@", 1)[-1], u.path, "", ""))
+
+
+def _logged_with_template(log: str, sample: int) -> tuple[list[dict[str, Any]], int]:
+    """The ``sample`` most recent records of the audit log ``log`` carrying a prompt template (at
+    most ``LOG_SCAN_FACTOR * sample`` records read, newest first) and how many were read."""
+    import sqlite3
+
+    from mnemoscope.errors import InputError
+    from mnemoscope.server.log_schema import SCHEMA_VERSION
+    from mnemoscope.server.storage import StorageError, open_store
+
+    name = log_name(log)
+    try:
+        store = open_store(log, readonly=True)
+    except (StorageError, sqlite3.Error) as e:
+        raise InputError(
+            f"--prompt-from-log {name}: cannot read the audit log ({e})", field="prompt_from_log"
+        ) from e
+    found: list[dict[str, Any]] = []
+    read = 0
+    try:
+        if store.schema_version < SCHEMA_VERSION:
+            raise InputError(
+                f"--prompt-from-log {name}: this log has schema {store.schema_version}, written before the "
+                "proxy logged prompt templates: calibrate with --prompt FILE (docs/calibrate.md)",
+                field="prompt_from_log",
+            )
+        before: int | None = None
+        while len(found) < sample and read < LOG_SCAN_FACTOR * sample:
+            page = store.history(limit=min(1000, LOG_SCAN_FACTOR * sample - read), before_seq=before)
+            for rec in page.items:
+                read += 1
+                if isinstance(rec.get("prompt_template"), dict):
+                    found.append(rec)
+                    if len(found) == sample:
+                        break
+            if page.next_before_seq is None:
+                break
+            before = page.next_before_seq
+    except StorageError as e:
+        raise InputError(
+            f"--prompt-from-log {name}: cannot read the audit log ({e})", field="prompt_from_log"
+        ) from e
+    finally:
+        store.close()
+    return found, read
+
+
+def app_prompt_from_log(
+    log: str, *, sample: int = LOG_SAMPLE, template: str | None = None, out: Any = None
+) -> tuple[Any, dict[str, Any]]:
+    """The application prompt to calibrate on, from the audit proxy's log (``--prompt-from-log``).
+
+    Reads the ``sample`` most recent logged requests with a prompt template (the proxy logs the
+    request's skeleton: :func:`mnemoscope.audit.prompt_match.skeleton_of`), groups them by
+    fingerprint, prints the groups to ``out`` (default stderr) and returns the most common
+    template (or ``template``, a fingerprint or a prefix of one) with where it came from (the
+    profile's ``prompt_origin``).
+
+    Raises:
+        InputError: ``sample`` < 1; the log missing or unreadable (naming it); no logged request
+            with a template; ``template`` matching none (or several) of the sample's.
+    """
+    from mnemoscope.audit.prompt_match import template_groups
+    from mnemoscope.errors import InputError
+    from mnemoscope.trace.app_prompt import AppPrompt
+
+    out = sys.stderr if out is None else out
+    if sample < 1:
+        raise InputError(f"--log-sample must be at least 1, got {sample}", field="log_sample")
+    name = log_name(log)
+    records, read = _logged_with_template(log, sample)
+    groups, bad = template_groups(records)
+    if not groups:
+        where = "the log holds no records" if read == 0 else f"none among its {read} most recent records"
+        raise InputError(
+            f"--prompt-from-log {name}: no logged request with a prompt template ({where}; the proxy logs one "
+            "with each request whose context it located, so a log written before it did, or holding only "
+            "undetermined, skipped or upstream-failed requests, has none): calibrate with --prompt FILE "
+            "(docs/calibrate.md)",
+            field="prompt_from_log",
+        )
+    n = sum(g.count for g in groups)
+    print(
+        f"mnemoscope: calibrate: {n} logged requests with a prompt template (of the {read} most recent "
+        f"records of {name}), {len(groups)} templates:",
+        file=out,
+    )
+    for g in groups[:10]:
+        print(f"  {_group_line(g)}", file=out)
+    if len(groups) > 10:
+        rest = groups[10:]
+        print(f"  ... and {len(rest)} more templates ({sum(g.count for g in rest)} requests)", file=out)
+    if bad:
+        print(f"  ({bad} logged templates were not valid prompts and are left out)", file=out)
+    if template is None:
+        chosen = groups[0]
+    else:
+        want = template.strip().lower()
+        hits = [g for g in groups if g.sha256.startswith(want)] if want else []
+        if len(hits) != 1:
+            present = ", ".join(f"{g.sha256[:12]} ({g.count})" for g in groups[:20])
+            why = "matches none" if not hits else f"matches {len(hits)}"
+            raise InputError(
+                f"--log-template {template} {why} of the {len(groups)} templates in the sample of {name}: "
+                f"{present}{' ...' if len(groups) > 20 else ''}",
+                field="log_template",
+            )
+        chosen = hits[0]
+    print(
+        f"mnemoscope: calibrate: calibrating on template {chosen.sha256[:12]} ({chosen.count} of {n} "
+        f"requests, {100 * chosen.share:.1f}%)",
+        file=out,
+    )
+    if chosen.share < 0.5:
+        print(
+            f"mnemoscope: calibrate: warning: template {chosen.sha256[:12]} covers only "
+            f"{100 * chosen.share:.1f}% of the sample: the profile's guarantee covers the requests that "
+            "follow it; the proxy audits the others as 'not the calibrated prompt' (or refuses another "
+            "layout). Calibrate one profile per template that matters (--log-template)",
+            file=out,
+        )
+    app = AppPrompt(messages=chosen.app.messages, prompt=chosen.app.prompt, source=f"proxy log {name}")
+    origin = {
+        "from": "proxy log",
+        "log": name,
+        "records_read": read,
+        "sample": n,
+        "template": chosen.sha256,
+        "count": chosen.count,
+        "share": round(chosen.share, 4),
+        "statuses": chosen.statuses,
+        "n_templates": len(groups),
+        "newest": chosen.newest,
+        "oldest": chosen.oldest,
+    }
+    return app, origin
+
+
+def _group_line(g: Any) -> str:
+    """One template of the log's sample: fingerprint, count, share, layout, roles, system text."""
+    fp = g.app.fingerprint()
+    roles = ",".join(fp["roles"]) if fp["roles"] is not None else "completion prompt"
+    text = g.system_text()
+    head = repr(text[:80]) + ("..." if len(text) > 80 else "")
+    what = "prompt" if g.app.messages is None else "system"
+    return (
+        f"{g.sha256[:12]}  {g.count:>5} ({100 * g.share:5.1f}%)  layout {fp['layout']}  roles {roles}  "
+        f"{what}: {head if text else '(none)'}"
     )
 
 

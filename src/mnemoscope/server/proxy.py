@@ -286,6 +286,7 @@ def create_proxy_app(
                     accept_layouts=settings.accept_layouts,
                     record_of=audit_record,
                     served=served,
+                    query_role=settings.query_role,
                 )
             )
         )

@@ -14,6 +14,13 @@ still passes and its audit is ``skipped`` with the reason, in the response and i
 Record statuses: ``audited``; ``undetermined`` (the context could not be located: reason);
 ``refused`` (a layout the profile was not calibrated for); ``skipped`` (shed: queue full);
 ``failed`` (upstream error, cut stream, client gone, audit error: ``error`` says which).
+
+Every record :func:`audit_app_prompt` writes (the context was located: ``audited``, ``refused``,
+or ``failed`` in the audit) also carries the request's skeleton, ``prompt_template``
+(:func:`template_record`): its messages with ``{context}`` and ``{query}`` in place of the
+located context and the question, and their fingerprint, for ``calibrate --prompt-from-log``.
+No retrieved document and no question is in it; the system prompt, fixed turns and any earlier
+conversation turns are, verbatim.
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mnemoscope.audit.layout import LayoutMismatch, Located, check_layout
-from mnemoscope.audit.prompt_match import NOT_CALIBRATED_NOTE
+from mnemoscope.audit.prompt_match import NOT_CALIBRATED_NOTE, app_prompt_of, skeleton_of
 from mnemoscope.errors import InputError
 
-__all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary"]
+__all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary", "template_record"]
 
 
 def base_record(aid: str, meta: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
@@ -45,6 +52,25 @@ def base_record(aid: str, meta: dict[str, Any], status: str, **fields: Any) -> d
     }
     rec.update(fields)
     return rec
+
+
+def template_record(
+    located: Located, header: dict[str, Any] | None, query_role: str = "user"
+) -> dict[str, Any]:
+    """``{"prompt_template": ...}``: the request's skeleton
+    (:func:`~mnemoscope.audit.prompt_match.skeleton_of`, with the profile ``header``'s calibrated
+    prompt if any) as the profile records a prompt (``AppPrompt.to_dict``: the messages or the
+    completion prompt and the fingerprint), or ``{}`` when the request has none (never raises:
+    the answer and its audit come first)."""
+    try:
+        sk = skeleton_of(located, app_prompt_of(header or {}), query_role=query_role)
+    except Exception:  # a malformed calibrated prompt in the header: no skeleton, the audit goes on
+        return {}
+    if isinstance(sk, str):
+        return {}
+    d = sk.to_dict()
+    d.pop("source", None)
+    return {"prompt_template": d}
 
 
 def summary(rec: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +98,7 @@ def audit_app_prompt(
     accept_layouts: tuple[str, ...] = (),
     record_of: Callable[[Any], dict[str, Any]],
     served: Any = None,
+    query_role: str = "user",
 ) -> dict[str, Any]:
     """Blocking: audit one answer on the application's prompt and build its log record (never raises).
 
@@ -84,12 +111,17 @@ def audit_app_prompt(
         record_of: the server's result -> record shaping (``server.records.audit_record``).
         served: the with-context log-probs the upstream returned with the answer
             (``trace.endpoint_score.served_scores``): the audit then scores the no-context path only.
+        query_role: the role of the query's message (``ProxySettings.query_role``), for the
+            request's skeleton (:func:`template_record`).
     """
     from mnemoscope.audit.requests import AuditFailure, AuditRequest
 
     t0 = time.perf_counter()
     lay = {**located.to_dict(), "calibrated": True}
-    rec = base_record(aid, meta, "failed", layout=lay, query=located.query)
+    header = auditor.profile.header if auditor is not None else None
+    rec = base_record(
+        aid, meta, "failed", layout=lay, query=located.query, **template_record(located, header, query_role)
+    )
     try:
         if auditor is None:
             raise RuntimeError("no auditor configured")
