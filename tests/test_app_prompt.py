@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from mnemoscope.audit.layout import LayoutMismatch, check_layout, profile_layout
-from mnemoscope.audit.prompt_match import NO_CONTEXT, app_prompt_of, locate_for_profile, match_prompt
+from mnemoscope.audit.prompt_match import (
+    NO_CONTEXT,
+    app_prompt_of,
+    locate_for_profile,
+    match_prompt,
+    span_by_delimiters,
+)
 from mnemoscope.errors import InputError
 from mnemoscope.trace.app_prompt import AppPrompt, load_app_prompt, parse_app_prompt
 from mnemoscope.trace.chat_template import ChatTemplate
@@ -185,3 +191,30 @@ def test_a_completion_prompt_matches_too():
     assert not isinstance(loc, str) and loc.context == "Paris is in France." and loc.layout == "prompt"
     assert loc.prompt_without == "Docs: \nQ: Where is Paris?\nA:"
     assert match_prompt({"prompt": "Docs: \nQ: Where?\nA:"}, app) == NO_CONTEXT
+
+
+def test_other_instructions_around_the_same_delimiters_are_located_and_marked_different():
+    rewritten = _request(system="You are a friendly museum guide. Reply warmly.\n\nDocuments:\n")
+    loc = match_prompt(rewritten, _app())
+    assert not isinstance(loc, str) and loc.context == CTX and loc.layout == "system"
+    assert loc.prompt is not None and loc.prompt["status"] == "different"
+    assert loc.prompt["differs"] == ["message 0 (system): the text outside the context's delimiters"]
+    assert loc.messages_without is not None
+    assert (
+        loc.messages_without[0]["content"] == "You are a friendly museum guide. Reply warmly.\n\nDocuments:\n"
+    )
+    # the header mid-line, another header, or an empty context: not located / undetermined
+    assert isinstance(match_prompt(_request(system="Be brief. Documents:\n"), _app()), str)
+    assert isinstance(match_prompt(_request(system="Be brief.\nReference notes:\n"), _app()), str)
+    assert match_prompt(_request(system="Be brief.\nDocuments:\n", context=" "), _app()) == NO_CONTEXT
+
+
+def test_span_by_delimiters_reads_both_sides_and_refuses_weak_ones():
+    tpl = "Answer from the notes.\n<docs>\n{context}\n</docs>\nBe brief."
+    text = "Other words.\n<docs>\nA <docs> B\n</docs>\nC\n</docs>\nShort."
+    start, end = span_by_delimiters(tpl, text) or (0, 0)
+    assert text[start:end] == "A <docs> B\n</docs>\nC"  # first header, last closing line
+    assert span_by_delimiters("Docs: {context}", "Other text\nDocs: X") is not None
+    assert span_by_delimiters("Hi\n: {context}", "Hey\n: X") is None  # a one-character header
+    assert span_by_delimiters("{context}\n\nQ: {query}", "x\n\nQ: y") is None  # the query shares it
+    assert span_by_delimiters("{context}", "anything") == (0, 8)

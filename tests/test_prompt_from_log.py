@@ -186,7 +186,13 @@ def test_a_request_that_follows_the_calibrated_prompt_has_it_as_its_skeleton():
             body["messages"][1],
         ]
     }
-    assert isinstance(match_prompt(other, app), str)  # the text around {context} differs
+    loc2 = match_prompt(other, app)  # other instructions, the same "Documents:" delimiter
+    assert not isinstance(loc2, str) and loc2.prompt is not None and loc2.prompt["status"] == "different"
+    sk2 = skeleton_of(loc2, app)
+    assert isinstance(sk2, AppPrompt) and sk2.messages == (
+        ("system", "Be a pirate.\n\nDocuments:\n{context}"),
+        ("user", "{query}\nReply briefly."),
+    )
     tagged = {"messages": [{"role": "system", "content": f"Be a pirate.\n<context>{DOCS}</context>"}, body["messages"][1]]}  # fmt: skip
     loc3 = _located(tagged, app)
     assert loc3.prompt is not None and loc3.prompt["status"] == "different"

@@ -7,9 +7,12 @@ request is compared with the calibrated prompt (:func:`match_prompt`):
 * **the same prompt** (every message outside the placeholders as calibrated, no extra turns):
   ``prompt.status = "calibrated"``, audited under the profile's guarantee;
 * **a different system prompt, instructions, few-shot turns or extra history**, with the context
-  still where the prompt puts it (or found by the default rules of :mod:`.layout` in the same
-  layout): ``prompt.status = "different"`` with what differs; audited and marked "not the
-  calibrated prompt" (the guarantee was certified on another prompt);
+  still where the prompt puts it: between the same delimiters (the placeholder's header line,
+  e.g. ``Documents:``, and the line after it; :func:`span_by_delimiters`), or found by the
+  default rules of :mod:`.layout` in the same layout: ``prompt.status = "different"`` with what
+  differs; audited and marked "not the calibrated prompt" (the guarantee was certified on
+  another prompt). Delimiters that changed too leave the context unlocated: ``undetermined``,
+  with the reason (where the documents begin is then anyone's guess);
 * **the context in a layout the profile was never calibrated on**: refused, as without a
   calibrated prompt (:func:`~mnemoscope.audit.layout.check_layout`);
 * **no context where the calibrated prompt has one** (the placeholder's place is empty): no
@@ -60,6 +63,7 @@ __all__ = [
     "locate_for_profile",
     "match_prompt",
     "skeleton_of",
+    "span_by_delimiters",
     "template_groups",
 ]
 
@@ -86,6 +90,63 @@ def _pattern(template: str) -> re.Pattern[str]:
         last = m.end()
     out.append(re.escape(template[last:]))
     return re.compile("".join(out), re.DOTALL)
+
+
+#: fewest non-space characters a delimiter line needs before the context is located by it alone
+MIN_DELIMITER = 3
+
+
+def _line_starts(text: str, needle: str) -> list[int]:
+    """Where ``needle`` occurs in ``text`` at the start of a line."""
+    return [
+        m.start()
+        for m in re.finditer(re.escape(needle), text)
+        if m.start() == 0 or text[m.start() - 1] == "\n"
+    ]
+
+
+def span_by_delimiters(template: str, text: str) -> tuple[int, int] | None:
+    """Where the context sits in ``text`` by the delimiters right around ``{context}`` in the
+    calibrated message ``template``, the rest of the message allowed to differ.
+
+    The delimiters are the placeholder's own line before it (its header, e.g. ``"Documents:\n"``,
+    found at the start of a line, its first occurrence) and the line after it (e.g.
+    ``"\n</docs>"``, its last occurrence after the header): an application that rewrote its
+    instructions but kept how it marks its documents. ``None`` when the message also holds
+    ``{query}``, when a delimiter has fewer than :data:`MIN_DELIMITER` non-space characters (too
+    weak to trust), or when either is missing from ``text``. An empty side of the template (the
+    context at the start or the end of its message) must be empty in ``text`` too.
+    """
+    parts = PLACEHOLDER.split(template)  # [before, name, after] for one placeholder
+    if len(parts) != 3 or parts[1] != "context":
+        return None
+    before, after = parts[0], parts[2]
+    body = before.rstrip("\n")
+    pre = body.rsplit("\n", 1)[-1] + before[len(body) :]
+    tail = after.lstrip("\n")
+    post = after[: len(after) - len(tail)] + tail.split("\n", 1)[0]
+    if before.strip():
+        if len(pre.strip()) < MIN_DELIMITER:
+            return None
+        starts = _line_starts(text, pre)
+        if not starts:
+            return None
+        start = starts[0] + len(pre)
+    elif text.startswith(before):
+        start = len(before)
+    else:
+        return None
+    if after.strip():
+        if len(post.strip()) < MIN_DELIMITER:
+            return None
+        end = text.rfind(post)
+        if end < start or not (end + len(post) == len(text) or text[end + len(post)] == "\n"):
+            return None
+    elif text.endswith(after) and len(text) - len(after) >= start:
+        end = len(text) - len(after)
+    else:
+        return None
+    return start, end
 
 
 def match_prompt(body: dict[str, Any], app: AppPrompt, *, query_role: str = "user") -> Located | str:
@@ -139,10 +200,18 @@ def match_prompt(body: dict[str, Any], app: AppPrompt, *, query_role: str = "use
             "(the request does not follow the calibrated prompt's turns)"
         )
     i = ci if ci < head else offset + ci - head  # the request's message holding the context
-    m_ctx = _pattern(tpl[ci][1]).fullmatch(texts[i])
-    if m_ctx is None:
-        return "the text around {context} differs from the calibrated prompt's"
     differs: list[str] = []
+    m_ctx = _pattern(tpl[ci][1]).fullmatch(texts[i])
+    if m_ctx is not None:
+        span = (m_ctx.start("context"), m_ctx.end("context"))
+    else:
+        # another system prompt or instructions around the same delimiters ("Documents:\n"):
+        # the context is still where those delimiters put it; audited as "different"
+        found_span = span_by_delimiters(tpl[ci][1], texts[i])
+        if found_span is None:
+            return "the text around {context} differs from the calibrated prompt's"
+        span = found_span
+        differs.append(f"message {i} ({tpl[ci][0]}): the text outside the context's delimiters")
     for t, r in pairs:
         if t == ci:
             continue
@@ -154,10 +223,9 @@ def match_prompt(body: dict[str, Any], app: AppPrompt, *, query_role: str = "use
             differs.append(f"message {r} ({tpl[t][0]}): the {kind}")
     if offset > head:
         differs.append(f"{offset - head} turns of history the calibrated prompt does not have")
-    if not m_ctx.group("context").strip():
+    if not texts[i][span[0] : span[1]].strip():
         return NO_CONTEXT
-    loc = located_span(body, texts, i, m_ctx.start("context"), m_ctx.end("context"),
-                       "the calibrated prompt's {context}", query_role)  # fmt: skip
+    loc = located_span(body, texts, i, span[0], span[1], "the calibrated prompt's {context}", query_role)
     status = "different" if differs else "calibrated"
     return dataclasses.replace(loc, prompt={**record, "status": status, "differs": differs})
 
