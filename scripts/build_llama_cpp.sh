@@ -126,7 +126,10 @@ install_python() {
   # was there (pip would keep an installed 0.3.36 built otherwise).
   "$PY" -m pip install --disable-pip-version-check -q "${whl}[server]" >&2
   "$PY" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps "$whl" >&2
-  python_ok || { log "llama_cpp still does not import from $DIR/lib"; exit 1; }
+  if ! python_ok; then
+    "$PY" -c "import llama_cpp, llama_cpp.mtmd_cpp, llama_cpp.server.app; print(llama_cpp.__file__)" >&2 || true
+    log "llama_cpp does not import from $DIR/lib's libraries after installing the wheel"; exit 1
+  fi
   log "llama-cpp-python installed in $(( $(date +%s) - start )) s"
 }
 
