@@ -21,8 +21,13 @@ each item of a stratified subset of the verified context-reliance set (both labe
 3. **audited, given answer** (the proxy's case): ``trace_endpoint_pair(answer=served text)``;
 4. on ``positions``/``grammar``/``native``, **served with log-probs, then audited on them** (the proxy asks
    the upstream for the answer's top-k log-probs, so the audit scores the no-context path only):
-   the serving request with ``logprobs: k`` (its extra server CPU counts as audit load) and
-   ``trace_endpoint_pair(answer=..., served=...)``.
+   the serving request with ``logprobs: k`` (its extra server CPU counts as audit load) and, right
+   after it, ``trace_endpoint_prompts(answer=..., served=...)``. (Before 2026-11-27 the serving
+   request ran before modes 2-3 and the served audit followed the given-answer audit, whose
+   no-context pass had left the no-context prompt in the server's cache: the served audit's
+   figures were too low by that prompt's evaluation.)
+
+Every mode starts cold: the server's cached prompt is replaced first (``--no-flush``: not).
 
 For each, the wall time and the server process's CPU seconds (``/proc/<pid>/stat``, utime + stime,
 all threads) are recorded; the client's CPU too. The in-process reference is the in-process RePCS
@@ -205,19 +210,23 @@ def run_path(
             # 2. audit that generates, 3. audit of the given (served) answer
             modes: list[tuple[str, Any, Any]] = [("gen", None, None), ("given", served, None)]
             if method in ("positions", "grammar", "native"):
-                # 4. the proxy asks the upstream for the answer's log-probs: serving costs more, the audit less
-                flush()
-                c0, t0 = proc_cpu(pid), time.perf_counter()
-                ch2 = client.completion(
-                    p_with, max_tokens=args.T, logprobs=args.k, extra={"stop": list(tpl.end_texts)}
-                )
-                row["serve_lp_wall"] = time.perf_counter() - t0
-                row["serve_lp_server_cpu"] = proc_cpu(pid) - c0
-                sv = served_scores({"choices": [ch2], "usage": ch2.get("usage")}, by_id=method == "native")
-                modes.append(("served", str(ch2.get("text", "")), sv))
+                modes.append(("served", None, None))
             for mode, answer, sv in modes:
-                if mode != "served":  # the served audit follows its serving request, as in the proxy
-                    flush()
+                flush()
+                if mode == "served":
+                    # 4. the proxy asks the upstream for the answer's log-probs: serving costs more, the audit
+                    # less; the audit follows its serving request at once, as in the proxy (the server's cache
+                    # then holds the with-context prompt, not the no-context one)
+                    c0, t0 = proc_cpu(pid), time.perf_counter()
+                    ch2 = client.completion(
+                        p_with, max_tokens=args.T, logprobs=args.k, extra={"stop": list(tpl.end_texts)}
+                    )
+                    row["serve_lp_wall"] = time.perf_counter() - t0
+                    row["serve_lp_server_cpu"] = proc_cpu(pid) - c0
+                    sv = served_scores(
+                        {"choices": [ch2], "usage": ch2.get("usage")}, by_id=method == "native"
+                    )
+                    answer = str(ch2.get("text", ""))
                 if mode == "gen":
                     phases = {}
                 c0, p0, t0 = proc_cpu(pid), time.process_time(), time.perf_counter()
