@@ -417,6 +417,9 @@ def test_audit_service_with_a_served_model(client, endpoint_profile, tmp_path):
         assert r.status_code == 200, r.text
         a = r.json()
         assert a["backend"] == "endpoint" and a["endpoint_method"] and a["crm"] is None
+        # what the endpoint trace adds reaches the API: the paths that failed first, the bounded positions
+        assert a["fallbacks"] == [] and isinstance(a["bounded"], bool)
+        assert set(a["bounded_positions"]) == {"with-context", "no-context"}
         s = c.get("/v1/stats", headers={"Authorization": "Bearer k"})
         assert s.status_code == 200 and s.json()["profile"]["layers"] == []
 

@@ -493,3 +493,92 @@ def test_fingerprint_on_llama_server(native_server):
         c.require_top_k(20)
     assert all(len(p) == 10 for p in a.probes.values())
     assert compare_fingerprints(a, b) is None
+
+
+# -- the closed-book answer read off the no-context pass (native) -----------------------------------
+
+
+class _Continuation:
+    """A stand-in for llama-server's ``POST /completion``: records each call, answers ``content``."""
+
+    def __init__(self, *contents: tuple[str, str]):
+        self.contents = list(contents)
+        self.calls: list[tuple[list[int], int, dict | None]] = []
+
+    def native_completion(self, prompt, *, n_predict, n_probs=0, grammar=None, extra=None):  # type: ignore[no-untyped-def]
+        self.calls.append((list(prompt), n_predict, extra))
+        content, stop_type = self.contents.pop(0)
+        return {"content": content, "stop_type": stop_type}
+
+
+def _tops(*top1: int, tie: int | None = None) -> list[dict[int, float]]:
+    return [{t: -0.1, 99: -0.1 if i == tie else -2.5} for i, t in enumerate(top1)]
+
+
+def test_closed_book_read_off_the_no_context_pass():
+    """Greedy decoding without the context writes the answer's token while the no-context top-1 is
+    that token: those tokens are read, the rest is generated on from the first difference (the
+    no-context prompt + the answer's first tokens), with the profile's stops."""
+    from mnemoscope.trace.endpoint import _native_closed_book
+
+    ids_wo, ans, pieces = [1, 2], [10, 11, 12, 13], ["A", " b", " c", ""]
+    clean = [True] * 4
+    # all four agree and the answer ended on its end token: the closed-book answer is the answer
+    fake = _Continuation()
+    assert _native_closed_book(fake, ids_wo, clean, 32, ans, _tops(10, 11, 12, 13), pieces, True, []) == (
+        "A b c",
+        4,
+        False,
+    )
+    assert fake.calls == []
+    # the no-context top-1 differs at position 2: two tokens read, T - 2 generated on after them
+    fake = _Continuation((" d.", "eos"))
+    got = _native_closed_book(fake, ids_wo, clean, 32, ans, _tops(10, 11, 50, 13), pieces, True, ["\n\n"])
+    assert got == ("A b d.", 2, True)
+    assert fake.calls == [([1, 2, 10, 11], 30, {"stop": ["\n\n"]})]
+    # a tie for the top-1 is left to the server; so is a token that ends inside a character
+    fake = _Continuation(("x", "eos"), ("y", "eos"))
+    assert (
+        _native_closed_book(fake, ids_wo, clean, 32, ans, _tops(10, 11, 12, 13, tie=1), pieces, True, [])[1]
+        == 1
+    )
+    assert (
+        _native_closed_book(
+            fake, ids_wo, [True, False, True, True], 32, ans, _tops(10, 11, 50), pieces, True, []
+        )[1]
+        == 1
+    )
+    # T reached: nothing generated; an answer cut before its end (no end token) is generated on
+    fake = _Continuation(("!", "limit"))
+    assert _native_closed_book(fake, ids_wo, clean, 2, ans, _tops(10, 11, 12, 13), pieces, True, []) == (
+        "A b",
+        2,
+        False,
+    )
+    assert _native_closed_book(
+        fake, ids_wo, clean[:3], 32, ans[:3], _tops(10, 11, 12), pieces[:3], False, []
+    )[0] == ("A b c!")
+    assert fake.calls[-1][:2] == ([1, 2, 10, 11, 12], 29)
+    # a server stop before the first non-blank character (an app's cut ignores it): generated again
+    fake = _Continuation((" ", "word"), ("\n\nParis", "eos"))
+    got = _native_closed_book(fake, ids_wo, clean, 32, ans, _tops(50), pieces, True, ["\n\n"])
+    assert got == ("\n\nParis", 0, True) and fake.calls[1][2] is None
+
+
+def test_closed_book_answers_read_off_the_no_context_pass_are_the_generated_ones(native_server, chat_cfg):
+    """On llama-server the closed-book answer made with the trace (read off the no-context pass, the
+    rest generated on) is the one a whole greedy generation on the no-context prompt writes, and
+    one that agrees with the answer costs no request."""
+    items = _items(2)
+    read_whole = 0
+    with _client(native_server) as c:
+        for it in items:
+            tr, _ = trace_endpoint_pair(
+                c, it["id"], it["context"], it["query"], chat_cfg, closed_book_tokens=chat_cfg.max_new_tokens
+            )
+            whole = c.completion(tr.prompt_without, max_tokens=chat_cfg.max_new_tokens)
+            assert tr.answer_without == whole["text"], it["id"]
+            info = tr.backend["closed_book"]
+            read_whole += not info["generated"]
+            assert 0 <= info["tokens_read"] <= tr.n_steps
+    assert read_whole >= 1  # rel-mem-001: the model answers it from memory, word for word

@@ -689,6 +689,57 @@ def test_api_overload_answers_503_with_retry_after(lm: Any, profile_dir: Path, t
     ro.close()
 
 
+def test_api_carries_the_endpoint_fields_fallbacks_bounded_and_answer_cut(
+    lm: Any, profile_dir: Path, tmp_path: Path
+) -> None:
+    """What an endpoint audit adds to its result (the paths that failed before the one that scored it,
+    the positions whose log-prob is a top-k bound, where a stop sequence cut the answer) reaches the
+    POST /v1/audit answer, the stored record and GET /v1/audits/{id}, and the OpenAPI document
+    describes it."""
+    from dataclasses import replace
+
+    extra = {
+        "backend": "endpoint",
+        "endpoint_method": "native-grammar-forced-topk+llama.cpp",
+        "fallbacks": [{"path": "grammar", "status": 500, "message": "Unexpected empty grammar stack"}],
+        "bounded": True,
+        "bounded_positions": {"with-context": [], "no-context": [2, 5]},
+        "answer_cut": {"at": 14, "stop": "\n\n", "token": 3},
+    }
+
+    class WithEndpointFields(Auditor):
+        def audit(self, requests: Any) -> Any:
+            return [
+                r if isinstance(r, AuditFailure) else replace(r, extra={**r.extra, **extra})
+                for r in super().audit(requests)
+            ]
+
+    settings = load_settings(None, {"max_wait_ms": 5}, env={"MNEMOSCOPE_API_KEYS": API_KEY})
+    store = open_store(tmp_path / "e.db")
+    with TestClient(
+        create_app(settings, engine=WithEndpointFields(lm, load_profile(profile_dir)), store=store)
+    ) as c:
+        r = c.post(
+            "/v1/audit", json={"context": "Zor9 lies on Ka9.", "query": "Where is Zor9?"}, headers=AUTH
+        )
+        assert r.status_code == 200, r.text
+        a = r.json()
+        for k, v in extra.items():
+            assert a[k] == v, (k, a.get(k))
+        again = c.get(f"/v1/audits/{a['id']}", headers=AUTH).json()
+        assert {k: again[k] for k in extra} == extra
+        (stored,) = c.get("/v1/history", headers=AUTH).json()["items"]
+        assert {k: stored[k] for k in extra} == extra
+        doc = c.get("/openapi.json").json()
+    props = doc["components"]["schemas"]["AuditOut"]["properties"]
+    for k in ("fallbacks", "bounded", "bounded_positions", "answer_cut"):
+        assert props[k].get("description"), k
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["BoundedPositionsOut"]["properties"]) == {"with-context", "no-context"}
+    assert set(schemas["FallbackOut"]["properties"]) == {"path", "status", "message"}
+    assert set(schemas["AnswerCutOut"]["properties"]) == {"at", "stop", "token"}
+
+
 def test_cli_repcs_score_and_server_give_the_same_repcs_verdict(
     tiny_service: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -21,7 +21,6 @@ decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_f
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -368,6 +367,10 @@ class EndpointBackend:
         return (req.id if req.id is not None else str(i)), req
 
     def trace_one(self, rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
+        """Trace one request; a profile that reads the closed-book answer gets it with the trace (of the
+        profile's T tokens, made as calibration made it: :func:`~mnemoscope.audit.tracing.trace_records`
+        with ``closed_book``), so the audits' signal is the one the threshold was certified on."""
+        cb = self.profile.max_new_tokens if self.profile.reads_closed_book else None
         if req.prompts is not None:
             p_with, p_without = req.prompts
             return trace_endpoint_prompts(
@@ -382,6 +385,7 @@ class EndpointBackend:
                 query=req.query,
                 template={"prerendered": True, **(req.prompt_info or {})},
                 served=req.served_logprobs,
+                closed_book_tokens=cb,
             )
         return trace_endpoint_pair(
             self.client,
@@ -391,26 +395,13 @@ class EndpointBackend:
             self.settings.pair_config,
             answer=req.answer,
             max_new_tokens=req.max_new_tokens,
+            closed_book_tokens=cb,
         )
-
-    def closed_book(self, trace: PairTrace) -> PairTrace:
-        """The trace with the model's closed-book greedy answer: one more generation on the
-        no-context prompt, of the profile's T tokens, the same request calibration made
-        (:func:`~mnemoscope.audit.tracing.trace_with_closed_book`), so the audits' signal is the
-        one the threshold was certified on."""
-        T = self.profile.max_new_tokens
-        text = str(self.client.completion(trace.prompt_without, max_tokens=T).get("text", ""))
-        return replace(trace, answer_without=text)
 
     def run(self, prepared: Sequence[tuple[str, AuditRequest]]) -> list[Traced]:
         """Trace concurrently (``client.config.concurrency``); a failing record gets its own failure.
-        A profile that reads the closed-book answer gets it generated here, with the trace."""
-
-        def one(rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
-            t, pieces = self.trace_one(rid, req)
-            return (self.closed_book(t) if self.profile.reads_closed_book else t), pieces
-
-        got = map_concurrently(lambda p: one(*p), list(prepared), self.client.config.concurrency)
+        A profile that reads the closed-book answer gets it with the trace (:meth:`trace_one`)."""
+        got = map_concurrently(lambda p: self.trace_one(*p), list(prepared), self.client.config.concurrency)
         return [failure_of(r) if isinstance(r, BaseException) else (r[0], list(r[1])) for r in got]
 
     def pieces(self, trace: PairTrace) -> list[str]:

@@ -357,8 +357,11 @@ def trace_records(
     progress: bool = False,
     on_error: str = "skip",
     early_stop: int = 8,
+    closed_book: bool = False,
 ) -> TracedRecords:
-    """Trace ``records`` (objects with id/context/query/label) through the server, concurrently.
+    """Trace ``records`` (objects with id/context/query/label) through the server, concurrently;
+    with ``closed_book`` each trace's ``answer_without`` is the record's closed-book greedy answer
+    (:func:`~mnemoscope.trace.endpoint.trace_endpoint_prompts`).
 
     A record that fails is listed in ``failures`` (id, line, message) and the batch goes on;
     ``on_error="raise"`` re-raises the first failure. The first ``early_stop`` records are traced
@@ -379,7 +382,10 @@ def trace_records(
 
     def one(r: Any) -> tuple[PairTrace, list[str]]:
         try:
-            return trace_endpoint_pair(client, str(r.id), r.context, r.query, config, label=r.label)
+            cb = config.max_new_tokens if closed_book else None
+            return trace_endpoint_pair(
+                client, str(r.id), r.context, r.query, config, label=r.label, closed_book_tokens=cb
+            )
         finally:
             bar.update(1)
 
@@ -432,7 +438,6 @@ def trace_with_closed_book(
     """
     from tqdm.auto import tqdm
 
-    from mnemoscope.models.endpoint import map_concurrently
     from mnemoscope.trace import TraceWriter, load_traces
 
     fold = Path(folder)
@@ -456,28 +461,19 @@ def trace_with_closed_book(
     todo = [r for r in records if str(r.id) not in w.done_ids or str(r.id) not in side]
     out = TracedRecords()
     t0 = time.perf_counter()
-    T = config.max_new_tokens
-
-    def closed(t: PairTrace) -> str:
-        return str(client.completion(t.prompt_without, max_tokens=T).get("text", ""))
-
     with tqdm(
         total=len(todo), disable=not progress or not todo, desc="endpoint calibrate", unit="rec"
     ) as bar:
         for start in range(0, len(todo), chunk):
             part = todo[start : start + chunk]
-            tr = trace_records(client, part, config, early_stop=chunk if start == 0 else 0)
+            # the closed-book answer comes with each trace (the audits make it the same way)
+            tr = trace_records(client, part, config, early_stop=chunk if start == 0 else 0, closed_book=True)
             out.failures += tr.failures
-            answers = map_concurrently(closed, tr.traces, client.config.concurrency)
-            ok_t, rows = [], []
-            for t, pc, r, cb in zip(tr.traces, tr.pieces, tr.records, answers, strict=True):
-                if isinstance(cb, BaseException):
-                    out.failures.append(
-                        {"id": r.id, "line": getattr(r, "line", None), "message": f"closed-book answer: {cb}"}
-                    )
-                    continue
+            ok_t: list[PairTrace] = []
+            rows: list[dict[str, Any]] = []
+            for t, pc, r in zip(tr.traces, tr.pieces, tr.records, strict=True):
                 ok_t.append(t)
-                rows.append({"id": str(r.id), "pieces": list(pc), "closed_book": cb})
+                rows.append({"id": str(r.id), "pieces": list(pc), "closed_book": t.answer_without or ""})
             w.write(ok_t)
             with side_path.open("a", encoding="utf-8") as f:
                 for row in rows:

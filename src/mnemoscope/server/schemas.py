@@ -130,6 +130,33 @@ class SpanOut(BaseModel):
     pmi: float | None = None
 
 
+class FallbackOut(BaseModel):
+    """A scoring path that failed this record before the one that scored it (``auto``)."""
+
+    path: str = Field(..., description="the scoring path that failed: grammar | positions | native | echo")
+    status: int | None = Field(
+        None, description="the server's HTTP status (null: no HTTP answer, e.g. a timeout or a parse failure)"
+    )
+    message: str = Field(..., description="why the path failed, as the audit saw it")
+
+
+class BoundedPositionsOut(BaseModel):
+    """Answer positions whose log-prob is an upper bound, per path (0-based answer token indices)."""
+
+    with_context: list[int] = Field(default_factory=list, alias="with-context")
+    no_context: list[int] = Field(default_factory=list, alias="no-context")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class AnswerCutOut(BaseModel):
+    """Where a stop sequence of the profile ended the generated answer."""
+
+    at: int = Field(..., description="character offset of the stop sequence in the generated text")
+    stop: str = Field(..., description="the stop sequence")
+    token: int = Field(..., description="answer tokens audited (the first token not audited)")
+
+
 _LEGACY = "compatibility (only with the server setting legacy_crm_fields=true): "
 
 
@@ -174,6 +201,26 @@ class AuditOut(BaseModel):
     backend: str | None = Field(None, description="'endpoint' when the model is served (docs/endpoint.md)")
     endpoint_method: str | None = Field(None, description="the log-prob mechanism used over the endpoint")
     unavailable: list[str] | None = Field(None, description="signals not measured over the endpoint")
+    fallbacks: list[FallbackOut] | None = Field(
+        None,
+        description="over an endpoint under method auto: the scoring paths that failed this record (a "
+        "refusal, an HTTP error after the retries, an unparsable answer) before endpoint_method scored "
+        "it, in order, with the cause; empty when the first path scored it",
+    )
+    bounded: bool | None = Field(
+        None,
+        description="over an endpoint: true when at some answer position the answer's token was outside "
+        "the top-k the server returned, so its log-prob there is an upper bound (min of the k-th "
+        "probability and the tail mass), not the exact value; the audit is not refused for it",
+    )
+    bounded_positions: BoundedPositionsOut | None = Field(
+        None, description="over an endpoint: the bounded positions per path (see bounded)"
+    )
+    answer_cut: AnswerCutOut | None = Field(
+        None,
+        description="with stop sequences in the profile: where one ended the generated answer (null: it "
+        "ended by itself or at max_new_tokens); absent when the profile has no stop sequences",
+    )
     anomaly_flag: bool | None = Field(None, description=_LEGACY + "crm.anomaly_flag")
     anomaly_score: float | None = Field(None, description=_LEGACY + "crm.anomaly_score")
     lts_trajectory: list[float | None] | None = Field(None, description=_LEGACY + "crm.lts_trajectory")

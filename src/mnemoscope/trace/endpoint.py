@@ -183,9 +183,12 @@ def trace_endpoint_pair(
     answer: str | None = None,
     max_new_tokens: int | None = None,
     label: int | None = None,
+    closed_book_tokens: int | None = None,
 ) -> tuple[PairTrace, list[str]]:
     """Trace one pair through the server (module doc). Returns ``(trace, answer pieces)``: the
-    pieces are the text each answer token adds, as the server spells it.
+    pieces are the text each answer token adds, as the server spells it. ``closed_book_tokens``:
+    also the model's closed-book greedy answer of that many tokens, in ``trace.answer_without``
+    (:func:`trace_endpoint_prompts`).
 
     Raises:
         EndpointError, EndpointCapabilityError, TokenAlignmentError: naming the endpoint.
@@ -205,6 +208,7 @@ def trace_endpoint_pair(
         context=context,
         query=query,
         template=b.to_dict(),
+        closed_book_tokens=closed_book_tokens,
     )
 
 
@@ -222,6 +226,7 @@ def trace_endpoint_prompts(
     query: str = "",
     template: dict[str, Any] | None = None,
     served: Scored | None = None,
+    closed_book_tokens: int | None = None,
 ) -> tuple[PairTrace, list[str]]:
     """Trace two PRE-RENDERED prompts (an application's own messages, rendered with its chat
     template, with and without the retrieved context): the same checks and trace as
@@ -238,6 +243,15 @@ def trace_endpoint_prompts(
     Used by ``grammar``/``positions`` instead of forcing the with-context path when they line up:
     the same prompt length, tokens that spell the answer and number as many as its ids (else they
     are ignored, with a note). The audit then pays for the no-context path only.
+
+    ``closed_book_tokens``: also the model's closed-book greedy answer (no context, that many
+    tokens T, cut at the profile's stop sequences) in ``trace.answer_without``, what
+    ``closed_book_agreement`` reads. On ``native`` its first tokens are read off the no-context
+    pass, which has just scored the answer there: as long as the no-context top-1 is the answer's
+    own token, greedy decoding without the context writes that token too. Only the rest is
+    generated, from the first position where they differ (the prompt's cache re-used), so a
+    closed-book answer that agrees with the answer costs no request at all
+    (``backend.closed_book``: tokens read, whether it generated). Other paths generate it whole.
     """
     ep = client.endpoint
     T = max_new_tokens or config.max_new_tokens
@@ -376,6 +390,12 @@ def trace_endpoint_prompts(
     pieces = list(e_with.tokens)
     if use_eos:
         pieces[-1] = ""  # special tokens add no text, as answer_pieces does in-process
+    answer_without: str | None = None
+    closed_book: dict[str, Any] | None = None
+    if closed_book_tokens:
+        answer_without, closed_book = _closed_book(
+            client, p_without, config, closed_book_tokens, sc, ans, e_without.top_logprobs, pieces, use_eos
+        )
     nan = np.full(n, np.nan, dtype=np.float32)
     trace = PairTrace(
         id=rid,
@@ -404,6 +424,7 @@ def trace_endpoint_prompts(
         stopped_at_eos=bool(use_eos),
         identical_prompts=bool(identical),
         answer_cut=answer_cut,
+        answer_without=answer_without,
         label=label,
         template=dict(template) if template is not None else {"prerendered": True},
         backend={
@@ -418,9 +439,113 @@ def trace_endpoint_prompts(
             "bounded": any(bounded.values()),
             "bounded_positions": bounded,
             "fallbacks": fallbacks,
+            **({"closed_book": closed_book} if closed_book is not None else {}),
         },
     )
     return trace, pieces
+
+
+# -- the closed-book answer ------------------------------------------------------------------------
+
+
+def _cut_text_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to the first of ``stops`` from its first non-blank character on (the earliest
+    occurrence; the longest stop on a tie): the search of :func:`~mnemoscope.trace.pair.cut_at_stop`,
+    on a text whose tokens are not known (the client-side safety net of a closed-book answer the
+    server was asked to stop).
+
+    Example:
+        >>> _cut_text_at_stop("\\n\\nParis.\\n\\nQuestion: x", ["\\n\\n"])
+        '\\n\\nParis.'
+    """
+    begin = len(text) - len(text.lstrip())
+    hits = [(text.find(x, begin), x) for x in stops if x]
+    hits = [(at, x) for at, x in hits if at >= 0]
+    if not hits:
+        return text
+    at, _ = min(hits, key=lambda h: (h[0], -len(h[1])))
+    return text[:at]
+
+
+def _closed_book(
+    client: EndpointClient,
+    p_without: str,
+    config: EndpointPairConfig,
+    T: int,
+    sc: _PairScores,
+    ans: Sequence[int],
+    tops_without: Sequence[dict[Any, float] | None],
+    pieces: Sequence[str],
+    use_eos: bool,
+) -> tuple[str, dict[str, Any]]:
+    """The closed-book greedy answer of ``T`` tokens and how it was made (:func:`trace_endpoint_prompts`).
+    The profile's stop sequences are sent to the server; the client-side cut stays the guarantee."""
+    stops = [x for x in config.builder.stop if x]
+    if sc.ids_without is not None and sc.clean is not None:
+        text, read, generated = _native_closed_book(
+            client, sc.ids_without, sc.clean, T, ans, tops_without, pieces, use_eos, stops
+        )
+    else:
+        text, read, generated = _generated_closed_book(client, p_without, T, stops), 0, True
+    return _cut_text_at_stop(text, stops), {"tokens_read": read, "generated": generated}
+
+
+def _generated_closed_book(client: EndpointClient, prompt: str, T: int, stops: Sequence[str]) -> str:
+    """The closed-book answer generated whole (``POST /v1/completions`` on the no-context prompt)."""
+    ch = client.completion(prompt, max_tokens=T, extra={"stop": list(stops)} if stops else None)
+    text = str(ch.get("text", ""))
+    if stops and not text.strip() and ch.get("finish_reason") == "stop":
+        # perhaps a stop before the first non-blank character, which an app's cut ignores: generate on
+        text = str(client.completion(prompt, max_tokens=T).get("text", ""))
+    return text
+
+
+def _native_closed_book(
+    client: EndpointClient,
+    ids_without: Sequence[int],
+    clean: Sequence[bool],
+    T: int,
+    ans: Sequence[int],
+    tops_without: Sequence[dict[Any, float] | None],
+    pieces: Sequence[str],
+    use_eos: bool,
+    stops: Sequence[str],
+) -> tuple[str, int, bool]:
+    """``(closed-book answer, tokens read off the no-context pass, generated?)`` on llama-server.
+
+    Greedy decoding without the context writes the answer's token at position t as long as the
+    answer's tokens before t are what it wrote and the no-context top-1 at t (the unconstrained
+    distribution the grammar-forced pass reported) is that token. So the first ``d`` tokens are read
+    there (up to a top-1 tie, which the server decides, and back to a character boundary); when the
+    answer ended on its end token and the no-context path ranks it first too, or ``d`` reaches T,
+    that is the whole answer. Otherwise the server generates on from ``d`` (``T - d`` tokens on
+    the no-context prompt + the answer's first ``d`` tokens, a prefix of what its cache holds).
+    """
+    n = len(ans)
+    limit = min(n, T)
+    d = 0
+    while d < limit:
+        top = tops_without[d] or {}
+        if not top:
+            break
+        best = max(top.values())
+        first = [i for i, v in top.items() if v == best]
+        if len(first) != 1 or first[0] != ans[d]:
+            break
+        d += 1
+    while d > 0 and not clean[d - 1]:
+        d -= 1
+    if use_eos and d == n:  # the no-context path ends where the answer ended
+        return "".join(pieces[:n]), d, False
+    if d == T:
+        return "".join(pieces[:T]), d, False
+    prefix = "".join(pieces[:d])
+    prompt = [*ids_without, *(int(i) for i in ans[:d])]
+    data = client.native_completion(prompt, n_predict=T - d, extra={"stop": list(stops)} if stops else None)
+    if stops and data.get("stop_type") == "word" and not (prefix + str(data.get("content", ""))).strip():
+        # a stop before the answer's first non-blank character, which an app's cut ignores: generate on
+        data = client.native_completion(prompt, n_predict=T - d)
+    return prefix + str(data.get("content", "")), d, True
 
 
 def _echo_scores(
@@ -442,7 +567,16 @@ def _echo_scores(
 
     n_gen: int | None = None
     stopped_eos = False
-    if answer is None:
+    server_stop: str | None = None
+    notes: list[str] = []
+    if answer is None and config.builder.stop:
+        # the profile's stop sequences go to the server; which tokens it generated (a stop's too)
+        # says where it stopped, so this generation asks for them (logprobs: 1)
+        answer_text, g, stopped_eos, server_stop = _lcp_generated(
+            client, rid, p_with, config, T, k=1, ends=(), notes=notes
+        )
+        n_gen = len(g)
+    elif answer is None:
         # greedy generation without logprobs (llama-cpp-python formats generation logprobs slowly);
         # the echo below scores the same tokens and checks they are the greedy ones
         gen = client.completion(p_with, max_tokens=T)
@@ -461,7 +595,6 @@ def _echo_scores(
     ref_with = first_position(p_with)
     ref_without = first_position(p_without)
 
-    notes: list[str] = []
     eos_text = config.template.eos_text
     use_eos = stopped_eos and bool(eos_text)
     if stopped_eos and not eos_text:
@@ -562,9 +695,11 @@ def _echo_scores(
                 e_without.tokens[:-1], e_without.token_logprobs[:-1], e_without.top_logprobs[:-1]
             )
             use_eos = False
-    return _PairScores(
+    sc = _PairScores(
         ans, e_with, e_without, use_eos, notes, len(ids_with), len(ids_without), ids_with == ids_without
     )
+    sc.server_stop = server_stop
+    return sc
 
 
 @dataclass
@@ -584,6 +719,11 @@ class _PairScores:
     bounded_without: list[int] = field(default_factory=list)
     # the profile's stop sequence the server stopped the generation on (it then holds no stop text)
     server_stop: str | None = None
+    # native: the no-context prompt's ids, and per answer position whether the answer's text up to
+    # and including that token ends on a character boundary (the closed-book answer is read off the
+    # no-context pass up to such a position: _native_closed_book)
+    ids_without: list[int] | None = None
+    clean: list[bool] | None = None
 
 
 def _as_parsed(s: Scored) -> ParsedLogprobs:
@@ -671,6 +811,70 @@ def _served_mismatch(served: Scored, answer_text: str, n_prompt: int, n_ans: int
     return None
 
 
+def _stop_hit(text: str, full: str, stops: Sequence[str]) -> str | None:
+    """The stop sequence a server ended the answer ``text`` at: the one of ``stops`` that the generated
+    tokens' text ``full`` continues ``text`` with (``None``: the server did not stop on one of them)."""
+    if len(full) <= len(text) or not full.startswith(text):
+        return None
+    hits = [x for x in stops if x and full.startswith(x, len(text))]
+    return max(hits, key=len) if hits else None
+
+
+def _lcp_generated(
+    client: EndpointClient,
+    rid: str,
+    prompt: str,
+    config: EndpointPairConfig,
+    T: int,
+    *,
+    k: int,
+    ends: Sequence[str],
+    notes: list[str],
+) -> tuple[str, Scored, bool, str | None]:
+    """The with-context answer generated greedily on an OpenAI completions server with ``logprobs: k``:
+    ``(answer text, its scored tokens, stopped on EOS, the profile's stop sequence the server stopped on)``.
+
+    ``ends`` (the template's end-of-turn texts) and the profile's stop sequences are sent as ``stop``:
+    the server stops there instead of generating on. It reports every token it generated, a stop's
+    too. On an end text the answer is the tokens that spell the text before it. On a profile stop
+    sequence the answer keeps every generated token: the client-side cut
+    (:func:`trace_endpoint_prompts`) ends it at a token boundary exactly as in process (and as
+    before the stop was sent, when the server generated all T tokens). A profile stop before the
+    answer's first non-blank character, which that cut ignores, makes it generate again without them.
+    """
+    stops = [x for x in config.builder.stop if x and x not in ends]
+    text, gen, finish, _n = lcp_generate(client, prompt, max_tokens=T, k=k, stop=[*ends, *stops])
+    server_stop = _stop_hit(text, "".join(gen.pieces), stops)
+    if server_stop is not None and not text.strip():
+        text, gen, finish, _n = lcp_generate(client, prompt, max_tokens=T, k=k, stop=list(ends))
+        server_stop = None
+    if server_stop is not None:
+        return "".join(gen.pieces), gen, False, server_stop
+    answer_text, cut = _cut_at_end_texts(text, ends)
+    # keep the tokens that spell the answer (a stop text generated as ordinary pieces is cut off,
+    # never part of the answer)
+    acc, keep = "", 0
+    while keep < len(gen) and len(acc) < len(answer_text):
+        acc += gen.pieces[keep]
+        keep += 1
+    if acc != answer_text:
+        raise TokenAlignmentError(
+            f"record {rid}: the generated tokens spell {''.join(gen.pieces)!r}, which does not split at the "
+            f"answer {answer_text!r} on a token boundary",
+            endpoint=client.endpoint,
+        )
+    spelled_stop = keep < len(gen) or cut
+    while len(gen) > keep:
+        gen.drop_last()
+    stopped_eos = finish == "stop" and len(gen) < T and not spelled_stop
+    if spelled_stop:
+        notes.append(
+            "the model wrote the end-of-turn text as ordinary tokens; the answer ends before it and no "
+            "EOS step is scored"
+        )
+    return answer_text, gen, stopped_eos, None
+
+
 def _grammar_scores(
     client: EndpointClient,
     rid: str,
@@ -712,30 +916,11 @@ def _positions_scores(
         raise InputError("a prompt tokenizes to 0 tokens", record=rid, field="query")
     stopped_eos = False
     gen: Scored | None = None
+    server_stop: str | None = None
     if answer is None:
-        text, gen, finish, _n = lcp_generate(client, p_with, max_tokens=T, k=k, stop=ends)
-        answer_text, cut = _cut_at_end_texts(text, ends)
-        # the server reports the tokens it generated; keep those that spell the answer (a stop
-        # text generated as ordinary pieces is cut off, never part of the answer)
-        acc, keep = "", 0
-        while keep < len(gen) and len(acc) < len(answer_text):
-            acc += gen.pieces[keep]
-            keep += 1
-        if acc != answer_text:
-            raise TokenAlignmentError(
-                f"record {rid}: the generated tokens spell {''.join(gen.pieces)!r}, which does not split at the "
-                f"answer {answer_text!r} on a token boundary",
-                endpoint=ep,
-            )
-        spelled_stop = keep < len(gen) or cut
-        while len(gen) > keep:
-            gen.drop_last()
-        stopped_eos = finish == "stop" and len(gen) < T and not spelled_stop
-        if spelled_stop:
-            notes.append(
-                "the model wrote the end-of-turn text as ordinary tokens; the answer ends before it and no "
-                "EOS step is scored"
-            )
+        answer_text, gen, stopped_eos, server_stop = _lcp_generated(
+            client, rid, p_with, config, T, k=k, ends=ends, notes=notes
+        )
     else:
         answer_text, cut = _cut_at_end_texts(answer, ends)
         if cut:
@@ -833,7 +1018,9 @@ def _positions_scores(
             without_s.own.append(own_wo)
             without_s.tops.append(d_wo)
             use_eos = True
-    return _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
+    sc = _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
+    sc.server_stop = server_stop
+    return sc
 
 
 def _native_scores(
@@ -866,11 +1053,12 @@ def _native_scores(
         with_s, stopped, hidden_text, server_stop = native_generate(
             client, ids_with, max_tokens=T, k=k, stop=stop
         )
-        if (
-            server_stop is not None
-            and not (hidden_text if hidden_text is not None else "".join(with_s.pieces)).strip()
-        ):
-            # an app's cut ignores a stop before the answer's first non-blank character: generate on
+        if server_stop is not None and (hidden_text is not None or not "".join(with_s.pieces).strip()):
+            # generate on without server stops, and the client-side cut decides as in process: an app's
+            # cut ignores a stop before the answer's first non-blank character; and when the steps the
+            # server reports do not spell the text before the stop (it drops as many steps as the stop
+            # has tokens, whatever tokens held it, e.g. one that began before the stop), which tokens
+            # end before the stop is not known
             with_s, stopped, hidden_text, server_stop = native_generate(client, ids_with, max_tokens=T, k=k)
         assert with_s.ids is not None
         if hidden_text is not None:
@@ -935,7 +1123,25 @@ def _native_scores(
         without_s.pieces[-1] = ""
     sc = _scored_pair(ans, with_s, without_s, use_eos, notes, ids_with, ids_without)
     sc.server_stop = server_stop
+    sc.ids_without = list(ids_without)
+    # a generation reported one for one ends every token on a character boundary (llama-server
+    # hides the others); a given answer's token bytes say where its characters end
+    sc.clean = [True] * len(ans) if pieces is None else _char_ends(pieces, len(ans))
     return sc
+
+
+def _char_ends(pieces: Sequence[bytes], n: int) -> list[bool]:
+    """Per answer position (``n`` of them; the ones after ``pieces``, e.g. an end token, count as
+    boundaries), whether the answer's bytes up to and including that token end on a character
+    boundary."""
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    out = []
+    for b in pieces[:n]:
+        dec.decode(b, final=False)
+        out.append(dec.getstate()[0] == b"")
+    return out + [True] * (n - len(out))
 
 
 _SCORERS = {
