@@ -246,6 +246,10 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
         "sqlite_cache_kb": args.sqlite_cache_kb,
         "warmup_requests": args.warmup,
         "rss_growth_after_warmup_mb_per_10k": round((last["rss_mb"] - warm["rss_mb"]) * per_10k, 2),
+        "rss_slope_after_warmup_mb_per_10k": _slope_per_10k(
+            [float(x["requests"]) for x in samples if x["requests"] >= args.warmup],
+            [x["rss_mb"] for x in samples if x["requests"] >= args.warmup],
+        ),
         "tracemalloc_growth_after_warmup": growth,
         "what": "fds, upstream connections and RSS of the proxy over N mixed requests (ok, 5xx, malformed, cut stream, stream)",
         "n_requests": args.n,
@@ -373,6 +377,7 @@ def run_proxy_child(args: argparse.Namespace) -> int:
     store = open_store(args.db)
     if args.cache_kb is not None:
         store._conn.execute(f"PRAGMA cache_size=-{int(args.cache_kb)}")
+    trims: list[float] = []  # durations (ms) of the malloc_trim calls
     if args.trim_every:  # an experiment: malloc_trim(0) after every N appends, in the appending thread
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         append, n_appended = store.append, [0]
@@ -381,7 +386,9 @@ def run_proxy_child(args: argparse.Namespace) -> int:
             seqs = append(records)
             n_appended[0] += 1
             if n_appended[0] % args.trim_every == 0:
+                t = time.perf_counter()
                 libc.malloc_trim(0)
+                trims.append((time.perf_counter() - t) * 1000)
             return seqs
 
         store.append = trimming_append
@@ -401,6 +408,8 @@ def run_proxy_child(args: argparse.Namespace) -> int:
             "max_ms": round(max(gcs), 2) if gcs else None,
         }
         out["gc_frozen"] = gc.get_freeze_count()
+        if trims:
+            out["malloc_trims_ms"] = {"n": len(trims), "median": statistics.median(trims), "max": max(trims)}
         by_type = Counter(type(o).__qualname__ for o in gc.get_objects())
         if snapshot:
             types0.clear()
