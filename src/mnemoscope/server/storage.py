@@ -77,11 +77,11 @@ __all__ = ["SOURCES", "AuditStore", "HistoryPage", "ProofUnavailable", "StorageE
 
 # The page cache of each connection. An append writes at the right edge of every B-tree (seq, the
 # time-ordered ids of ledger.new_audit_id, the per-source indexes, the tree nodes): a few pages per
-# tree, ~30 pages of 4 kB at 1M audits, not whole indexes. The cache is also what a long-running
-# server's memory grows by as the log grows, about 1 kB per logged request, until it is full: with
-# 8 MB that took ~9,000 proxy requests and was most of the proxy's RSS growth over 10,000
-# (issue 36); 2 MB (SQLite's own default size) is full after ~2,500 (docs/proxy.md "Memory",
-# append cost to 1M audits in docs/server.md "Measured"). It was 64 MB, then 8 MB.
+# tree, not whole indexes. The cache is also what a long-running server's memory grows by as the
+# log grows, about 1 kB per logged request, until it is full: with 8 MB it was still filling at
+# 10,000 proxy requests and was most of the proxy's RSS growth (issue 36); 2 MB (SQLite's own
+# default size) is full after ~2,500, and appends to 1M audits cost the same as with 8 MB
+# (docs/proxy.md "Memory"). It was 64 MB, then 8 MB.
 _SQLITE_CACHE_KB = 2 * 1024
 
 
