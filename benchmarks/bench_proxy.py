@@ -7,7 +7,15 @@ after):
 * ``leak``: 1,000 requests of every kind (plain, 5xx, malformed JSON, cut stream, full stream)
   through the proxy to a small real HTTP server that misbehaves on purpose (the one of
   tests/test_proxy_faults.py); the proxy's open file descriptors, its upstream connections and
-  its resident memory are sampled every 100 requests. No model is needed.
+  its resident memory are sampled every 100 requests. No model is needed. ``--where thread``
+  (default) runs the proxy in a thread of the benchmark, whose RSS then includes the stub
+  upstream (a thread per connection) and the client; ``--where process`` runs each ``--arm`` as a
+  proxy process of its own (``proxy-child``: the proxy app without an auditor under uvicorn, as
+  ``mnemoscope proxy`` runs it, plus ``GET /_bench/memory``), sends every request to every arm in
+  turn (or ``--clients N`` at once) and samples where the memory is: RSS, SQLite's allocations,
+  the C heap (glibc ``mallinfo2``, arenas), gc-tracked objects by type, full collections; the
+  growth is the least-squares slope of RSS over the samples from ``--warmup`` to the end, per
+  10,000 requests (docs/proxy.md "Memory").
 * ``latency``: streamed answers from a real llama.cpp server (the default model) through the
   official ``openai`` client, time to first token (first chunk with content) and time to the end
   of the stream, direct vs through the proxy (``mnemoscope proxy`` in its own process) with
@@ -25,6 +33,8 @@ after):
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py leak --n 1000
+    OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py leak --where process --n 10000 --warmup 3000 \
+        --arm "before=--cache-kb 8192 --no-gc-freeze" --arm "after="
     OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py latency --n 30 --threads 1 --profile DIR
     OMP_NUM_THREADS=1 python benchmarks/bench_proxy.py load --clients 4 --n 48 --threads 1 --profile DIR
 """
@@ -236,6 +246,10 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
         "sqlite_cache_kb": args.sqlite_cache_kb,
         "warmup_requests": args.warmup,
         "rss_growth_after_warmup_mb_per_10k": round((last["rss_mb"] - warm["rss_mb"]) * per_10k, 2),
+        "rss_slope_after_warmup_mb_per_10k": _slope_per_10k(
+            [float(x["requests"]) for x in samples if x["requests"] >= args.warmup],
+            [x["rss_mb"] for x in samples if x["requests"] >= args.warmup],
+        ),
         "tracemalloc_growth_after_warmup": growth,
         "what": "fds, upstream connections and RSS of the proxy over N mixed requests (ok, 5xx, malformed, cut stream, stream)",
         "n_requests": args.n,
@@ -253,6 +267,396 @@ def run_leak(args: argparse.Namespace) -> dict[str, Any]:
             "rss_mb": round(last["rss_mb"] - first["rss_mb"], 1),
         },
     }
+
+
+# -- leak, the proxy in its own process (as deployed) -------------------------------------------------
+
+_MODES = [("ok", False), ("5xx", False), ("malformed", False), ("cut", True), ("ok", True)]
+
+
+def _memory_state(store: Any, release: bool = False, collect: bool = False) -> dict[str, Any]:
+    """This process's memory, by where it is (read by the proxy child at every sample): RSS (anonymous
+    and file-backed), the C heap (glibc ``mallinfo2``: in use, free but kept, arenas), SQLite's own
+    allocations (page cache included, ``sqlite3_memory_used``), Python's traced heap (if tracing),
+    gc-tracked objects and threads. ``release``: then SQLite ``shrink_memory`` and ``malloc_trim(0)``,
+    and the RSS after them."""
+    import ctypes
+    import ctypes.util
+    import gc
+    import tempfile
+
+    st = {
+        ln.split(":")[0]: ln.split(":")[1].strip()
+        for ln in Path("/proc/self/status").read_text().splitlines()
+    }
+
+    def kb(key: str) -> float:
+        return round(int(st[key].split()[0]) / 1024, 2) if key in st else float("nan")
+
+    out: dict[str, Any] = {
+        "rss_mb": kb("VmRSS"),
+        "rss_anon_mb": kb("RssAnon"),
+        "rss_file_mb": kb("RssFile"),
+        "threads": int(st["Threads"]),
+        "gc_objects": len(gc.get_objects()),
+        "python_heap_mb": round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
+        if tracemalloc.is_tracing()
+        else None,
+    }
+    try:
+        lib = ctypes.CDLL("libsqlite3.so.0")
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        out["sqlite_mb"] = round(lib.sqlite3_memory_used() / 2**20, 2)
+    except (OSError, AttributeError):
+        out["sqlite_mb"] = None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        have = hasattr(libc, "mallinfo2")
+    except OSError:
+        have = False
+    if have:
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [
+                (f, ctypes.c_size_t)
+                for f in (
+                    "arena", "ordblks", "smblks", "hblks", "hblkhd",
+                    "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+                )
+            ]  # fmt: skip
+
+        libc.mallinfo2.restype = MallInfo2
+        mi = libc.mallinfo2()
+        out["malloc_in_use_mb"] = round((mi.uordblks + mi.hblkhd) / 2**20, 2)
+        out["malloc_free_kept_mb"] = round(mi.fordblks / 2**20, 2)
+        out["malloc_mmapped_mb"] = round(mi.hblkhd / 2**20, 2)
+        libc.fopen.restype = ctypes.c_void_p
+        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        with tempfile.NamedTemporaryFile(suffix=".xml") as f:
+            fp = libc.fopen(f.name.encode(), b"w")
+            libc.malloc_info(0, fp)
+            libc.fclose(fp)
+            out["malloc_arenas"] = Path(f.name).read_text().count("<heap nr=")
+    out["gc_collections"] = [int(g["collections"]) for g in gc.get_stats()]
+    if collect:  # a full collection: what the cyclic garbage waiting for one held
+        out["gc_collected"] = gc.collect()
+        out["gc_objects_after_collect"] = len(gc.get_objects())
+        out["rss_mb_after_collect"] = round(_rss_mb(), 2)
+    if release:
+        with store._lock:
+            store._conn.execute("PRAGMA shrink_memory")
+        if have:
+            libc.malloc_trim(0)
+        out["rss_mb_after_release"] = round(_rss_mb(), 2)
+    return out
+
+
+def run_proxy_child(args: argparse.Namespace) -> int:
+    """The leak benchmark's proxy (``leak --where process``): the proxy app with no auditor (every audit
+    logged as ``failed``, "no auditor") and its log, under uvicorn in the main thread as ``mnemoscope
+    proxy`` runs it, plus ``GET /_bench/memory`` (:func:`_memory_state`)."""
+    import ctypes
+    import ctypes.util
+    import gc
+    from collections import Counter
+
+    if args.arena_max:  # an experiment: glibc's M_ARENA_MAX (-8) at start, before threads make arenas
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        if libc.mallopt(-8, args.arena_max) != 1:
+            raise RuntimeError("mallopt(M_ARENA_MAX) failed")
+    if args.tracemalloc:
+        tracemalloc.start(1)
+    import uvicorn
+    from fastapi.routing import APIRoute
+
+    from mnemoscope.server.proxy import ProxySettings, create_proxy_app
+    from mnemoscope.server.storage import open_store
+
+    store = open_store(args.db)
+    if args.cache_kb is not None:
+        store._conn.execute(f"PRAGMA cache_size=-{int(args.cache_kb)}")
+    trims: list[float] = []  # durations (ms) of the malloc_trim calls
+    if args.trim_every:  # an experiment: malloc_trim(0) after every N appends, in the appending thread
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        append, n_appended = store.append, [0]
+
+        def trimming_append(records: Any) -> Any:
+            seqs = append(records)
+            n_appended[0] += 1
+            if n_appended[0] % args.trim_every == 0:
+                t = time.perf_counter()
+                libc.malloc_trim(0)
+                trims.append((time.perf_counter() - t) * 1000)
+            return seqs
+
+        store.append = trimming_append
+    settings = ProxySettings(upstream=args.upstream, timeout=5.0, gc_freeze=not args.no_gc_freeze)
+    app = create_proxy_app(settings, auditor=None, store=store)
+    snap: list[Any] = []
+    types0: dict[str, int] = {}
+
+    async def memory(release: bool = False, snapshot: bool = False, collect: bool = False) -> Any:
+        if snapshot:
+            t_gc[1] = len(full_gc)
+        gcs = full_gc[int(t_gc[1]) :]  # since the warm-up, before this call's own collection
+        out = _memory_state(store, release, collect)
+        out["gc_full_since_warmup"] = {
+            "n": len(gcs),
+            "total_ms": round(sum(gcs), 2),
+            "max_ms": round(max(gcs), 2) if gcs else None,
+        }
+        out["gc_frozen"] = gc.get_freeze_count()
+        if trims:
+            out["malloc_trims_ms"] = {"n": len(trims), "median": statistics.median(trims), "max": max(trims)}
+        by_type = Counter(type(o).__qualname__ for o in gc.get_objects())
+        if snapshot:
+            types0.clear()
+            types0.update(by_type)
+        elif types0:  # gc-tracked objects by type: the most grown since the warm-up
+            diff = Counter(by_type)
+            diff.subtract(types0)
+            out["gc_types_growth"] = dict(diff.most_common(12))
+        if tracemalloc.is_tracing():
+            if snapshot:  # the reference (end of the warm-up)
+                snap[:] = [tracemalloc.take_snapshot()]
+            elif snap:
+                stats = tracemalloc.take_snapshot().compare_to(snap[0], "lineno")
+                out["tracemalloc_growth"] = [
+                    {
+                        "where": str(s.traceback[0]),
+                        "size_diff_kb": round(s.size_diff / 1024, 1),
+                        "count_diff": s.count_diff,
+                    }
+                    for s in stats[:15]
+                ]
+        return out
+
+    app.router.routes.insert(0, APIRoute("/_bench/memory", memory, methods=["GET"]))  # before the catch-all
+    full_gc: list[float] = []  # durations (ms) of the full collections since start
+    t_gc = [0.0, 0.0]  # start of the collection running, how many ran before the warm-up
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") == 2:
+            if phase == "start":
+                t_gc[0] = time.perf_counter()
+            else:
+                full_gc.append((time.perf_counter() - t_gc[0]) * 1000)
+
+    gc.callbacks.append(on_gc)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="error")
+    return 0
+
+
+class _LeakChild:
+    """One arm of ``leak --where process``: :func:`run_proxy_child` in its own process."""
+
+    def __init__(self, name: str, upstream: str, db: Path, extra: list[str], tracemalloc_on: bool):
+        import subprocess
+
+        import httpx
+
+        self.name = name
+        self.port = _free_port()
+        self.command = [
+            sys.executable, str(Path(__file__).resolve()), "proxy-child", "--upstream", upstream,
+            "--db", str(db), "--port", str(self.port), *(["--tracemalloc"] if tracemalloc_on else []), *extra,
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self._log = open(db.with_suffix(".log"), "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.url = f"http://127.0.0.1:{self.port}"
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the proxy child exited with {self.proc.returncode}: see {self._log.name}"
+                )
+            try:
+                if httpx.get(f"{self.url}/mnemoscope/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > 300:
+                self.stop()
+                raise RuntimeError("the proxy child did not start within 300 s")
+            time.sleep(0.2)
+
+    def sample(self, client: Any, release: bool, snapshot: bool, collect: bool = False) -> dict[str, Any]:
+        params = {"release": release, "snapshot": snapshot, "collect": collect}
+        r = client.get(f"{self.url}/_bench/memory", params=params, timeout=600)
+        r.raise_for_status()
+        out = dict(r.json())
+        out["fds"] = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        out["cpu_s"] = round(_proc_cpu(self.proc.pid), 2)
+        return out
+
+    def health(self) -> dict[str, Any]:
+        import httpx
+
+        return dict(httpx.get(f"{self.url}/mnemoscope/health", timeout=30).json())
+
+    def stop(self) -> None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def _slope_per_10k(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ``ys`` against ``xs`` (requests), times 10,000."""
+    if len(xs) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return (
+        None
+        if sxx == 0
+        else round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx * 1e4, 3)
+    )
+
+
+def run_leak_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Each arm a proxy process of its own; every request mode is sent to every arm in turn (rotating
+    which arm goes first), so the arms see the same requests under the same machine load."""
+    import shlex
+    import tempfile
+
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from http.server import ThreadingHTTPServer
+
+    from test_proxy_faults import _Bad  # the misbehaving upstream of the fault tests
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Bad)
+    srv.daemon_threads = True
+    srv.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    up_port = srv.server_address[1]
+    tmp = Path(tempfile.mkdtemp())
+    arms: dict[str, list[str]] = {}
+    for spec in args.arm or ["default="]:
+        name, _, extra = spec.partition("=")
+        arms[name] = shlex.split(extra)
+    children: dict[str, _LeakChild] = {}
+    try:
+        for name, extra in arms.items():
+            children[name] = _LeakChild(
+                name, f"http://127.0.0.1:{up_port}/v1", tmp / f"{name}.db", extra, args.tracemalloc
+            )
+        names = list(children)
+        samples: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
+        outcomes: dict[str, dict[str, int]] = {k: {} for k in names}
+        every = args.every or max(100, args.n // 100)
+
+        def one(c: Any, name: str, i: int) -> None:
+            model, stream = _MODES[i % len(_MODES)]
+            body = {"model": model, "messages": MESSAGES, "stream": stream, "mnemoscope": {"context": CTX}}
+            try:
+                with c.stream("POST", f"{children[name].url}/v1/chat/completions", json=body) as r:
+                    for _ in r.iter_raw():
+                        pass
+                    key = f"{model}{'-stream' if stream else ''}: HTTP {r.status_code}"
+            except httpx.HTTPError as e:
+                key = f"{model}{'-stream' if stream else ''}: {type(e).__name__}"
+            with lock:
+                outcomes[name][key] = outcomes[name].get(key, 0) + 1
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock = threading.Lock()
+        points = sorted({*range(0, args.n + 1, every), args.warmup, args.n})
+        t0 = time.perf_counter()
+        with httpx.Client(timeout=30) as c, ThreadPoolExecutor(args.clients) as pool:
+            done = 0
+            for p in points:
+                if args.clients == 1:  # one request to every arm in turn (rotating which goes first)
+                    for i in range(done, p):
+                        for k in range(len(names)):
+                            one(c, names[(i + k) % len(names)], i)
+                else:  # the requests up to the next sample from --clients threads, to one arm after the other
+                    for k in range(len(names)):
+                        name = names[(p // every + k) % len(names)]
+                        list(pool.map(lambda i, name=name: one(c, name, i), range(done, p)))
+                done = p
+                srv.seen.clear()  # type: ignore[attr-defined]
+                for name in names:
+                    s = children[name].sample(c, args.release, snapshot=p == args.warmup, collect=p == args.n)
+                    samples[name].append(
+                        {"requests": p, "t": round(time.perf_counter() - t0, 1), "load1": _load()[0], **s}
+                    )
+        wall = time.perf_counter() - t0
+        out: dict[str, Any] = {"arms": {}}
+        for name in names:
+            ss = samples[name]
+            post = [x for x in ss if x["requests"] >= args.warmup]
+            warm, last = post[0], ss[-1]
+            xs = [float(x["requests"]) for x in post]
+            rec: dict[str, Any] = {
+                "command": " ".join(children[name].command[2:]),
+                "rss_slope_after_warmup_mb_per_10k": _slope_per_10k(xs, [x["rss_mb"] for x in post]),
+                "rss_after_warmup_to_end_mb": round(last["rss_mb"] - warm["rss_mb"], 2),
+                "slopes_after_warmup_per_10k": {
+                    k: _slope_per_10k(xs, [x[k] for x in post])
+                    for k in (
+                        "rss_anon_mb",
+                        "rss_file_mb",
+                        "sqlite_mb",
+                        "malloc_in_use_mb",
+                        "malloc_free_kept_mb",
+                        "python_heap_mb",
+                        "gc_objects",
+                        "fds",
+                        "threads",
+                    )
+                    if all(isinstance(x.get(k), (int, float)) for x in post)
+                },
+                "rss_mb": {"start": ss[0]["rss_mb"], "warm": warm["rss_mb"], "end": last["rss_mb"]},
+                "gc_full_collections_after_warmup": last.get("gc_full_since_warmup"),
+                "threads_max": max(x["threads"] for x in ss),
+                "malloc_arenas_max": max((x.get("malloc_arenas") or 0) for x in ss) or None,
+                "at_end_full_gc_collection": {
+                    k: last.get(k)
+                    for k in ("gc_collected", "gc_objects_after_collect", "rss_mb_after_collect")
+                },
+                "outcomes": outcomes[name],
+                "proxy_counts": children[name].health(),
+                "samples": ss,
+            }
+            if args.release:
+                rec["rss_after_release_slope_after_warmup_mb_per_10k"] = _slope_per_10k(
+                    xs, [x["rss_mb_after_release"] for x in post]
+                )
+            if args.tracemalloc:
+                rec["tracemalloc_growth_after_warmup"] = last.pop("tracemalloc_growth", None)
+            out["arms"][name] = rec
+    finally:
+        for ch in children.values():
+            ch.stop()
+        srv.shutdown()
+    out.update(
+        {
+            "what": "RSS (and where it is) of the proxy, each arm in its own process, over N mixed requests "
+            "(ok, 5xx, malformed, cut stream, stream) from one client, the arms in turn",
+            "where": "process",
+            "n_requests_per_arm": args.n,
+            "warmup_requests": args.warmup,
+            "sample_every": every,
+            "clients": args.clients,
+            "wall_s": round(wall, 2),
+            "flat_definition": "least-squares slope of RSS against requests over the samples from the warm-up "
+            "to the end, in MB per 10,000 requests (target < 1)",
+        }
+    )
+    return out
 
 
 # -- the real llama.cpp server ----------------------------------------------------------------------
@@ -797,6 +1201,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sqlite-cache-kb", type=int, default=None, help="bound the log's SQLite page cache (an experiment)"
     )
+    p.add_argument(
+        "--where",
+        choices=["process", "thread"],
+        default="thread",
+        help="the proxy in its own process (as deployed; only its memory measured; arms with --arm) or in a "
+        "thread of the benchmark (with the stub upstream and the client)",
+    )
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=None,
+        metavar="NAME=ARGS",
+        help="--where process: a proxy process with these proxy-child arguments (repeatable; the arms get "
+        "the same requests in turn)",
+    )
+    p.add_argument("--every", type=int, default=None, help="sample every N requests (default n/100, >= 100)")
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="--where process: concurrent clients (default 1: one at a time)",
+    )
+    c = sub.add_parser("proxy-child", help="(internal) the proxy process of leak --where process")
+    c.add_argument("--upstream", required=True)
+    c.add_argument("--db", required=True)
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--tracemalloc", action="store_true")
+    c.add_argument(
+        "--cache-kb", type=int, default=None, help="the log's SQLite page cache (8192: as before issue 36)"
+    )
+    c.add_argument(
+        "--arena-max", type=int, default=0, help="an experiment: glibc mallopt(M_ARENA_MAX) at start"
+    )
+    c.add_argument(
+        "--trim-every", type=int, default=0, help="an experiment: malloc_trim(0) after every N appends"
+    )
+    c.add_argument("--no-gc-freeze", action="store_true", help="ProxySettings(gc_freeze=False)")
     for name in ("latency", "load"):
         q = sub.add_parser(name)
         q.add_argument("--threads", type=int, default=1, help="llama.cpp server threads")
@@ -843,11 +1284,14 @@ def main(argv: list[str] | None = None) -> int:
     p2 = ap
     p2.add_argument("--out", default=None, help="result file (default benchmarks/results/proxy/<what>.json)")
     args = ap.parse_args(argv)
+    if args.what == "proxy-child":
+        return run_proxy_child(args)
     from mnemoscope.provenance import provenance
 
     load0 = _load()
     t0 = time.perf_counter()
-    res = {"leak": run_leak, "latency": run_latency, "load": run_load}[args.what](args)
+    leak = run_leak_process if getattr(args, "where", None) == "process" else run_leak
+    res = {"leak": leak, "latency": run_latency, "load": run_load}[args.what](args)
     rec = {
         "provenance": provenance(),
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},

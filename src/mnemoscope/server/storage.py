@@ -75,12 +75,14 @@ from mnemoscope.server.signing import (
 
 __all__ = ["SOURCES", "AuditStore", "HistoryPage", "ProofUnavailable", "StorageError", "open_store"]
 
-# The writer's page cache. An append writes at the right edge of every B-tree (seq, the
-# time-ordered ids of ledger.new_audit_id, the per-source indexes, the tree nodes), so it needs a
-# few pages per tree, not whole indexes (measured flat to 1M audits with 8 MB). The cache is also
-# what a long-running server's memory grows by as the log grows, up to this bound: it was 64 MB,
-# about 1 kB per logged request until full (docs/server.md "Measured").
-_SQLITE_CACHE_KB = 8 * 1024
+# The page cache of each connection. An append writes at the right edge of every B-tree (seq, the
+# time-ordered ids of ledger.new_audit_id, the per-source indexes, the tree nodes): a few pages per
+# tree, not whole indexes. The cache is also what a long-running server's memory grows by as the
+# log grows, about 1 kB per logged request, until it is full: with 8 MB it was still filling at
+# 10,000 proxy requests and was most of the proxy's RSS growth (issue 36); 2 MB (SQLite's own
+# default size) is full after ~2,500, and appends to 1M audits cost the same as with 8 MB
+# (docs/proxy.md "Memory"). It was 64 MB, then 8 MB.
+_SQLITE_CACHE_KB = 2 * 1024
 
 
 @dataclass(frozen=True)
