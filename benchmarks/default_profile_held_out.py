@@ -17,8 +17,9 @@ source, ``identical_prompts`` and the evidence with every verdict signal; not th
 per-token attribution, which make calibrate's rows ~4 kB each).
 
 It refuses to write when the audits do not reproduce the profile's ``validation.json`` (the
-same profile hash, the same n, false flags and memory flags caught): the rows must be the
-answers that card describes. The run's command, commit, threads, load, seconds and the file's
+same profile hash, the same n, false flags and memory answers caught) and the committed audits of
+the same items (``results/verdict/regression/current.jsonl.gz``: the same flags and sources):
+the rows must be the answers that card describes. The run's command, commit, threads, load, seconds and the file's
 SHA-256 go to ``benchmarks/results/verdict/held_out_build.json``.
 
 Usage::
@@ -79,15 +80,17 @@ def serialise(rows: list[dict[str, Any]]) -> str:
 
 
 def agreement(rows: list[dict[str, Any]], validation: dict[str, Any]) -> dict[str, Any]:
-    """The rows' counts next to the profile's validation card (they must be equal)."""
+    """The rows' counts next to the profile's validation card, which must be equal. The card's
+    false flags and memory recall count the answers whose three-way source is ``memory``
+    (verdict_eval.py part B's ``combined_rule``); the memory flag's counts are recorded too."""
     ctx = [r for r in rows if r["truth"] == "context"]
     mem = [r for r in rows if r["truth"] == "memory"]
     got = {
         "n": len(rows),
         "n_memory": len(mem),
         "n_context": len(ctx),
-        "false_flags": sum(bool(r["memory_flag"]) for r in ctx),
-        "memory_caught": sum(bool(r["memory_flag"]) for r in mem),
+        "false_flags": sum(r["source"] == "memory" for r in ctx),
+        "memory_caught": sum(r["source"] == "memory" for r in mem),
     }
     held = validation["held_out"]
     want = {
@@ -97,7 +100,42 @@ def agreement(rows: list[dict[str, Any]], validation: dict[str, Any]) -> dict[st
         "false_flags": validation["false_flags"],
         "memory_caught": round(validation["memory_recall"] * held["n_memory"]),
     }
-    return {"rows": got, "validation_json": want, "equal": got == want}
+    return {
+        "rows": got,
+        "validation_json": want,
+        "equal": got == want,
+        "memory_flag": {
+            "context_flagged": sum(bool(r["memory_flag"]) for r in ctx),
+            "memory_flagged": sum(bool(r["memory_flag"]) for r in mem),
+        },
+    }
+
+
+def same_as_committed(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rows against the committed audits of the same items with the shipped profile
+    (``results/verdict/regression/current.jsonl.gz``, ``benchmarks/verdict_regression.py``):
+    the memory flag and the source must be equal, p_memory equal to float noise."""
+    import gzip
+
+    committed = {}
+    with gzip.open(RESULTS / "regression" / "current.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            if d["rule"] == "combined":
+                committed[d["id"]] = d
+    diff = [
+        r["id"]
+        for r in rows
+        if r["memory_flag"] != committed[r["id"]]["memory_flag"]
+        or r["source"] != committed[r["id"]]["source"]
+    ]
+    dp = max(abs(r["p_memory"] - committed[r["id"]]["p_memory"]) for r in rows)
+    return {
+        "file": "benchmarks/results/verdict/regression/current.jsonl.gz",
+        "differing_ids": diff,
+        "max_abs_p_memory_diff": dp,
+        "equal": not diff and dp < 1e-6,
+    }
 
 
 def main() -> int:
@@ -140,8 +178,9 @@ def main() -> int:
         raise SystemExit(f"{len(failed)} audits failed ({failed[:5]}): nothing written")
     rows = rows_of(items, [r.to_dict() for r in results])
     agree = agreement(rows, validation)
-    if not agree["equal"]:
-        raise SystemExit(f"the audits do not reproduce validation.json: {json.dumps(agree)}")
+    same = same_as_committed(rows)
+    if not agree["equal"] or not same["equal"]:
+        raise SystemExit(f"the audits do not reproduce validation.json: {json.dumps([agree, same])}")
     text = serialise(rows)
     atomic_write(out, text)
     import torch
@@ -157,6 +196,7 @@ def main() -> int:
         "fields": list(KEEP),
         "split": "benchmarks/results/verdict/split.json test_ids (StratifiedGroupKFold by fact_id, seed 42)",
         "agreement_with_validation_json": agree,
+        "agreement_with_committed_audits": same,
         "seconds": round(seconds, 1),
         "threads": {"torch": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
         "load_avg_start": [round(x, 2) for x in load_start],
