@@ -148,6 +148,49 @@ def test_reference_from_the_committed_held_out_rows() -> None:
     assert not c.drifted and all(t.p_value == pytest.approx(1.0) for t in c.tests)
 
 
+def test_the_shipped_default_profile_has_a_reference_sample() -> None:
+    """The default model's profile carries its held-out third audited with it
+    (``benchmarks/default_profile_held_out.py``): the file it recorded, tied to the profile by
+    validation.json's hash, reproducing that card's counts; ``serve`` and the proxy (both through
+    ``DriftWatch.watch``) watch drift for it instead of saying "no reference sample"."""
+    import hashlib
+    import sys
+    from types import SimpleNamespace
+
+    from mnemoscope.audit.profile import load_profile
+    from mnemoscope.cli.profile_cmd import shipped_default_profile
+    from mnemoscope.server.metrics import DriftWatch
+    from mnemoscope.server.profile_view import drift_reference
+    from mnemoscope.server.proxy import ProxySettings, _drift_metrics
+
+    folder = shipped_default_profile()
+    prof = load_profile(folder)
+    ref = drift_reference(prof)
+    rows = [json.loads(x) for x in (folder / "held_out.jsonl").read_text().splitlines() if x.strip()]
+    assert ref.n == len(rows) == 104 and list(ref.signals) == list(prof.verdict.selected_)
+    assert all(np.isfinite(v).all() for v in ref.signals.values())
+    rec = json.loads((ROOT / "benchmarks" / "results" / "verdict" / "held_out_build.json").read_text())
+    assert rec["profile_hash"] == prof.content_hash == prof.validation["profile_hash"]
+    assert rec["sha256"] == hashlib.sha256((folder / "held_out.jsonl").read_bytes()).hexdigest()
+    assert rec["bytes"] < 100_000  # only the fields drift and the card read
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from default_profile_held_out import agreement
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert agreement(rows, prof.validation)["equal"]
+
+    watch = DriftWatch()
+    watch.watch(prof)
+    st = watch.status()
+    assert st["watched"] and st["state"] == NOT_ENOUGH and st["reference"]["n"] == 104
+    proxy_watch, _ = _drift_metrics(SimpleNamespace(profile=prof), {}, ProxySettings(upstream="http://x/v1"))
+    assert proxy_watch.status()["watched"]
+    # the package ships it
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"data/profiles/*/*.jsonl"' in pyproject
+
+
 # -- the profile's reference sample and the service ----------------------------------------------
 
 
