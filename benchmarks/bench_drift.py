@@ -5,12 +5,16 @@ Fisher + Bonferroni, alpha 0.01 per window) and the new one (``permutation``: ev
 permutation test of the last 200, alpha 0.005 per test; :mod:`mnemoscope.stats.drift`) side by
 side, on the same streams.
 
-**Data.** Real signal values only: the committed held-out audits of five calibrations
+**Data.** Real signal values only: the committed held-out audits of six calibrations
 (``benchmarks/results/calibration/<config>/held_out.jsonl``: SmolLM2-135M, Gemma-3-270M and
 Qwen2.5-Coder-0.5B in process, the same Qwen over llama-server, SmolLM2 over llama-server
-calibrated on an app prompt with the documents in the system message; 216-263 answers each)
-and the shipped default profile's (``src/mnemoscope/data/profiles/smollm2-135m-instruct``, 104
-answers). Each is the reference of its own profile.
+calibrated on an app prompt with the documents in the system message; and
+``benchmarks/results/drift/data/smollm2-135m-instruct-llama-server-pc300``: SmolLM2 over
+llama-server on the default template, imported with ``--import-run``; 216-263 answers each) and
+the shipped default profile's (``src/mnemoscope/data/profiles/smollm2-135m-instruct``, 104
+answers). Each is the reference of its own profile. SmolLM2 over llama-server on the default
+template vs on the app prompt is the *prompt-style* shift: the same model and server, the app's
+traffic audited by a profile calibrated on another prompt, and the reverse.
 
 **Every stream is scored by the reference's profile**, as the service scores it: another model's
 answers (or another prompt's) keep their measured signal values, and their p_memory and flag
@@ -42,8 +46,7 @@ Measurements, per reference:
   with any alarm, at the default level and at the horizon-controlled one (any false alarm in
   2,000 answers with probability at most 0.05: 0.05 x step / 2,000).
 * ``shift``: 550 unshifted answers, then shifted ones (another model's or prompt's answers, or
-  the reference's own in another mix: memory share 0.9, 0.7, 0.1, knowledge-conflict items
-  only); the delay is the number of shifted answers until the first alarm, censored at 500
+  the reference's own in another mix: memory share 0.7 or 0.1, knowledge-conflict items only); the delay is the number of shifted answers until the first alarm, censored at 500
   (tests whose window holds no shifted answer are not run: their alarms are false alarms,
   measured above).
 * ``harm``: what the shift does to the guarantee, on the rows themselves: the realised false-flag
@@ -58,6 +61,7 @@ Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_drift.py --streams 100
     python benchmarks/bench_drift.py --render benchmarks/results/drift/bench_drift.json  # the .md only
+    python benchmarks/bench_drift.py --import-run /work/runs/tplA-ep/profile smollm2-135m-instruct-llama-server-pc300
 """
 
 from __future__ import annotations
@@ -91,12 +95,14 @@ from mnemoscope.stats.drift import (  # noqa: E402
 CAL = ROOT / "benchmarks" / "results" / "calibration"
 SHIPPED = ROOT / "src" / "mnemoscope" / "data" / "profiles" / "smollm2-135m-instruct"
 OUT = ROOT / "benchmarks" / "results" / "drift"
+DATA = OUT / "data"  # calibrations imported with --import-run (trimmed held-out rows + card)
 CONFIGS = {
-    "smollm2": "smollm2-135m-instruct-pc300",
-    "gemma": "gemma-3-270m-pc300",
-    "qwen": "qwen2.5-coder-0.5b-instruct-pc300",
-    "qwen-llama-server": "qwen2.5-coder-0.5b-instruct-llama-server-pc300",
-    "smollm2-app-prompt": "smollm2-135m-instruct-llama-server-app-prompt",
+    "smollm2": CAL / "smollm2-135m-instruct-pc300",
+    "gemma": CAL / "gemma-3-270m-pc300",
+    "qwen": CAL / "qwen2.5-coder-0.5b-instruct-pc300",
+    "qwen-llama-server": CAL / "qwen2.5-coder-0.5b-instruct-llama-server-pc300",
+    "smollm2-llama-server": DATA / "smollm2-135m-instruct-llama-server-pc300",
+    "smollm2-app-prompt": CAL / "smollm2-135m-instruct-llama-server-app-prompt",
 }
 DEFAULT = "default"  # the shipped profile (a reference only: its rows keep no answer-bearing words)
 PRE = 550  # unshifted answers before a shift (mid-window for the previous scheme)
@@ -180,10 +186,8 @@ def _num(v: Any) -> float:
 def load() -> dict[str, Config]:
     out = {}
     for key, folder in CONFIGS.items():
-        rows = [
-            json.loads(x) for x in (CAL / folder / "held_out.jsonl").read_text().splitlines() if x.strip()
-        ]
-        v = json.loads((CAL / folder / "card.json").read_text())["profile"]["verdict"]
+        rows = [json.loads(x) for x in (folder / "held_out.jsonl").read_text().splitlines() if x.strip()]
+        v = json.loads((folder / "card.json").read_text())["profile"]["verdict"]
         out[key] = Config(key, rows, list(v["selected"]), float(v["threshold"]))
     rows = [json.loads(x) for x in (SHIPPED / "held_out.jsonl").read_text().splitlines() if x.strip()]
     v = json.loads((SHIPPED / "profile.json").read_text())["verdict"]
@@ -221,6 +225,62 @@ class Sampler:
     def reference(self, rng: np.random.Generator) -> DriftReference:
         d = self.draw(self.a, rng.integers(0, self.a.n, self.a.n), rng)
         return DriftReference(d["p"], d["f"], {s: d[s] for s in self.a.selected})
+
+
+def import_run(src: Path, name: str) -> Path:
+    """Copy a calibration's held-out rows (trimmed to what this benchmark reads) and a card
+    (its verdict's selection and threshold, validation figures, command and commit) from a
+    ``mnemoscope calibrate`` output folder into ``DATA / name``."""
+    import hashlib
+
+    from mnemoscope.provenance import provenance
+
+    raw = (src / "held_out.jsonl").read_bytes()
+    keep = (
+        "id",
+        "kind",
+        "label",
+        "truth",
+        "p_memory",
+        "memory_flag",
+        "source",
+        "identical_prompts",
+        "evidence",
+    )
+    rows = []
+    for line in raw.decode("utf-8").splitlines():
+        if line.strip():
+            r = json.loads(line)
+            words = (r.get("answer_words") or {}).get("words")
+            rows.append({**{k: r[k] for k in keep}, "answer_words": {"words": words}})
+    prof = json.loads((src / "profile.json").read_text())
+    val = json.loads((src / "validation.json").read_text())
+    v = prof["verdict"]
+    card = {
+        "what": "a calibration's held-out rows trimmed to what benchmarks/bench_drift.py reads (the texts "
+        "and the per-token attribution dropped), with its verdict's selection and threshold",
+        "source": str(src),
+        "source_held_out_sha256": hashlib.sha256(raw).hexdigest(),
+        "command": val["provenance"]["command"],
+        "git_commit": val["provenance"]["git_commit"],
+        "created": val["provenance"].get("time"),
+        "profile": {
+            "model": {k: prof["model"].get(k) for k in ("name", "spec", "fingerprint")},
+            "prompt": prof.get("prompt"),
+            "profile_hash": prof["profile_hash"],
+            "verdict": {k: v[k] for k in ("selected", "threshold", "certified", "n_conformal", "n_fit")},
+        },
+        "validation": {
+            k: val[k] for k in ("held_out", "auc", "alpha", "false_flag_rate", "false_flags", "memory_recall")
+        },
+        "imported_by": provenance(),
+    }
+    dst = DATA / name
+    dst.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r, ensure_ascii=False, default=float) + "\n" for r in rows)
+    (dst / "held_out.jsonl").write_text(lines)
+    (dst / "card.json").write_text(json.dumps(card, indent=1) + "\n")
+    return dst
 
 
 def _cat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -394,7 +454,7 @@ def scenarios(data: dict[str, Config], a: Config) -> dict[str, tuple[Config, dic
     for other, b in data.items():
         if other not in (a.name, DEFAULT):  # the other model's (or prompt's) answers, under a's profile
             out[f"answers of {other}"] = (b, {"any": True})
-    for q in (0.9, 0.7, 0.1):
+    for q in (0.7, 0.1):  # (0.9: caught within 200 by both tests in every earlier run)
         out[f"own answers, memory share {q}"] = (a, {"memory_share": q})
     if (a.kind == "conflict").any():
         out["own answers, knowledge conflicts only"] = (a, {"kind": "conflict"})
@@ -495,7 +555,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT / "bench_drift.json")
     ap.add_argument("--render", type=Path, help="only write the Markdown summary of this result JSON")
+    ap.add_argument(
+        "--import-run", nargs=2, metavar=("PROFILE_DIR", "NAME"), help="only import a calibration"
+    )
     args = ap.parse_args()
+    if args.import_run is not None:
+        print("wrote", import_run(Path(args.import_run[0]), args.import_run[1]))
+        return
     if args.render is not None:
         args.render.with_suffix(".md").write_text(render(json.loads(args.render.read_text())))
         return
