@@ -27,10 +27,14 @@ reproduced). The earlier version of this benchmark kept the other model's own p_
 which compares two verdicts rather than two kinds of answers.
 
 **Sampling.** Streams and references are drawn from the rows by a smoothed bootstrap: a row at
-random, its continuous signal values moved by Gaussian noise (Silverman's bandwidth of the
-reference's values; values that repeat, such as exact zeros, and signals with at most 20
+random, its continuous signal values moved by Gaussian noise of 2 % of Silverman's bandwidth of
+the reference's values (values that repeat, such as exact zeros, and signals with at most 20
 distinct values, such as closed_book_agreement, are kept as they are; the same kernel for the
-reference's and the stream's rows), p_memory and the flag recomputed. Each stream has its own
+reference's and the stream's rows), p_memory and the flag recomputed. The noise only breaks
+exact ties between draws of one row; Silverman's full bandwidth halved the distances between
+the configurations (KS of repcs_z between Qwen's and Gemma's rows 0.25, between the smoothed
+laws 0.12), at 2 % they stay within 0.01 of the rows' (``shift`` records each scenario's KS
+distances on the rows). Each stream has its own
 reference sample, drawn the same way (``n`` of the reference's rows), so under the null the
 reference and the stream are independent samples of one law, as a profile's held-out answers
 and its live answers are. (Resampling a stream from the reference's own rows and comparing it
@@ -73,6 +77,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +113,7 @@ DEFAULT = "default"  # the shipped profile (a reference only: its rows keep no a
 PRE = 550  # unshifted answers before a shift (mid-window for the previous scheme)
 POST = 500  # shifted answers watched before a shift counts as missed
 HORIZON = 0.05  # any false alarm in a stream of --length answers with probability at most this
+JITTER = 0.02  # the smoothed bootstrap's noise, in Silverman bandwidths (module doc)
 
 
 @dataclass(frozen=True)
@@ -208,7 +214,7 @@ class Sampler:
             x = a.sig[s][a.single[s] & np.isfinite(a.sig[s])]
             iqr = np.subtract(*np.percentile(x, [75, 25])) / 1.34
             spread = min(np.std(x), iqr) or np.std(x)
-            self.h[s] = 0.9 * spread * len(x) ** -0.2
+            self.h[s] = JITTER * 0.9 * spread * len(x) ** -0.2
 
     def draw(self, c: Config, idx: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """p_memory, flag, signals (the reference's selected) of rows ``idx`` of ``c``."""
@@ -345,19 +351,21 @@ def stream_null(a: Config, streams: int, length: int, rng: np.random.Generator) 
     for s in (OLD, NEW):
         alphas = [s.alpha, s.horizon_alpha(length)]
         tests, alarms, anyalarm = 0, [0, 0], [0, 0]
+        per_stream: list[list[int]] = [[], []]
         for _ in range(streams):
             ref = smp.reference(rng)
             st = smp.draw(a, rng.integers(0, a.n, length), rng)
-            fired = [False, False]
+            count = [0, 0]
             for t in range(1, length + 1):
                 if s.due(t):
                     tests += 1
                     got = test_window(s, ref, _window(st, max(0, t - s.window), t, a.selected), alphas, rng)
                     for j, g in enumerate(got):
-                        alarms[j] += g
-                        fired[j] |= g
+                        count[j] += g
             for j in range(2):
-                anyalarm[j] += fired[j]
+                alarms[j] += count[j]
+                anyalarm[j] += count[j] > 0
+                per_stream[j].append(count[j])
         out[s.name] = {
             "streams": streams,
             "length": length,
@@ -365,13 +373,26 @@ def stream_null(a: Config, streams: int, length: int, rng: np.random.Generator) 
             "levels": [
                 {
                     "alpha": al,
-                    "alarm_per_test": _rate(alarms[j], tests),
+                    "alarm_per_test": {
+                        **_rate(alarms[j], tests),
+                        # the tests of one stream overlap and share its reference: their alarms come
+                        # in clusters, so the CI resamples whole streams (not the binomial one)
+                        "ci95": _stream_ci(per_stream[j], tests // streams),
+                        "ci95_method": "percentile bootstrap over streams, 2,000 resamples",
+                    },
+                    "alarms_per_stream": dict(sorted(Counter(per_stream[j]).items())),
                     "streams_with_an_alarm": _rate(anyalarm[j], streams),
                 }
                 for j, al in enumerate(alphas)
             ],
         }
     return out
+
+
+def _stream_ci(per_stream: list[int], tests_per_stream: int) -> list[float]:
+    x = np.asarray(per_stream, dtype=float) / tests_per_stream
+    boot = np.random.default_rng(0).choice(x, (2000, len(x))).mean(axis=1)
+    return [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
 
 
 def shifted_rows(b: Config, how: dict[str, Any], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -449,6 +470,27 @@ def harm(a: Config, b: Config, idx: np.ndarray | None = None, memory_share: floa
     }
 
 
+def shift_size(a: Config, b: Config, idx: np.ndarray | None = None) -> dict[str, float]:
+    """Two-sample KS distances between ``a``'s rows and ``b``'s (``idx``), both scored by ``a``."""
+    from scipy.stats import ks_2samp
+
+    i = np.arange(b.n) if idx is None else idx
+    pa, fa = a.score(a.sig, a.words)
+    pb, fb = a.score({s: b.sig[s][i] for s in a.selected}, b.words[i])
+    out = {"p_memory": float(ks_2samp(pb, pa).statistic), "flag_rate": float(fb.mean() - fa.mean())}
+    for s in a.selected:
+        out[s] = float(ks_2samp(b.sig[s][i], a.sig[s]).statistic)
+    return out
+
+
+def harmful(h: dict[str, Any], alpha: float = 0.05) -> str:
+    """``yes`` when the false-flag rate's CI lies above alpha, ``maybe`` when only its estimate does."""
+    ff = h["false_flags"]
+    if ff["rate"] is None:
+        return "-"
+    return "yes" if ff["ci95"][0] > alpha else ("maybe" if ff["rate"] > alpha else "no")
+
+
 def scenarios(data: dict[str, Config], a: Config) -> dict[str, tuple[Config, dict[str, Any]]]:
     out: dict[str, tuple[Config, dict[str, Any]]] = {}
     for other, b in data.items():
@@ -464,6 +506,11 @@ def scenarios(data: dict[str, Config], a: Config) -> dict[str, tuple[Config, dic
 def _pct(r: dict[str, Any]) -> str:
     lo, hi = r["ci95"]
     return f"{100 * r['rate']:.1f} % ({r['k']}/{r['n']}; {100 * lo:.1f}-{100 * hi:.1f})"
+
+
+def _per_test(r: dict[str, Any]) -> str:
+    lo, hi = r["ci95"]
+    return f"{100 * r['rate']:.2f} % ({r['k']}/{r['n']}; {100 * lo:.2f}-{100 * hi:.2f})"
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -484,7 +531,8 @@ def render(rec: dict[str, Any]) -> str:
         f"({OLD.horizon_alpha(par['length']):g} and {NEW.horizon_alpha(par['length']):g}). Streams and "
         "references: smoothed bootstrap of the rows, every answer scored by the reference's profile "
         f"(bench_drift.py's doc). Shifts start after {rec['pre_shift_answers']} answers; delays are "
-        f"censored at {rec['post_shift_cap']}. Percentages with exact 95 % CIs.",
+        f"censored at {rec['post_shift_cap']}. Percentages with exact binomial 95 % CIs (alarms per test "
+        "in streams: bootstrap over streams).",
         "",
         "## Unshifted",
         "",
@@ -498,10 +546,15 @@ def render(rec: dict[str, Any]) -> str:
         o, nw = sn[OLD.name]["levels"], sn[NEW.name]["levels"]
         out.append(
             f"| {name} | {r['n_reference']} | {_pct(w['alarm'][OLD.name])} | {_pct(w['alarm'][NEW.name])} | "
-            f"{_pct(o[0]['alarm_per_test'])} | {_pct(o[0]['streams_with_an_alarm'])} | "
-            f"{_pct(nw[0]['alarm_per_test'])} | {_pct(nw[0]['streams_with_an_alarm'])} | "
+            f"{_per_test(o[0]['alarm_per_test'])} | {_pct(o[0]['streams_with_an_alarm'])} | "
+            f"{_per_test(nw[0]['alarm_per_test'])} | {_pct(nw[0]['streams_with_an_alarm'])} | "
             f"{_pct(o[1]['streams_with_an_alarm'])} | {_pct(nw[1]['streams_with_an_alarm'])} |"
         )
+    out += [
+        "",
+        "Alarms per test in streams: the CI resamples whole streams (a stream's tests overlap and share "
+        "its reference, so its false alarms come in clusters).",
+    ]
     out += [
         "",
         "The flag count alone at level 0.01 (one window, real rows): Fisher's exact test vs the binomial "
@@ -517,18 +570,20 @@ def render(rec: dict[str, Any]) -> str:
         "",
         "Harm: the realised false-flag rate on the stream's context-needed answers under the reference's "
         "profile (alpha 0.05), and its memory recall, on the rows themselves; the reference's own held-out "
-        "figures first.",
+        "figures first. Harmful: yes when that rate's CI lies above alpha, maybe when only its estimate does. "
+        "KS of p_memory: the distance between the stream's and the reference's rows, both scored by the "
+        "reference's profile (a mix of the reference's own answers: -).",
         "",
     ]
     for name, r in rec["results"].items():
         own = r["harm_own"]
         out += [
             f"### reference {name} (own held-out: false flags {_pct(own['false_flags'])}, "
-            f"recall {100 * own['memory_recall']['rate']:.1f} %)",
+            f"recall {100 * own['memory_recall']['rate']:.1f} %, memory share {r['memory_share']:.2f})",
             "",
-            "| shift | false flags under the reference's profile | recall | previous | new | previous, "
-            "horizon level | new, horizon level | median delay, previous / new |",
-            "|---|---|---:|---|---|---|---|---:|",
+            "| shift | KS of p_memory on the rows | false flags under the reference's profile | harmful | recall | "
+            "previous | new | previous, horizon level | new, horizon level | median delay, previous / new |",
+            "|---|---:|---|---|---:|---|---|---|---|---:|",
         ]
         for sc, x in r["shift"].items():
             h = x["harm"]
@@ -536,8 +591,9 @@ def render(rec: dict[str, Any]) -> str:
             med = " / ".join(
                 "-" if v["delay_median"] is None else f"{v['delay_median']:g}" for v in (o[0], nw[0])
             )
+            ks = "-" if x["ks_on_rows"] is None else f"{x['ks_on_rows']['p_memory']:.2f}"
             out.append(
-                f"| {sc} | {_pct(h['false_flags'])} | {100 * h['memory_recall']['rate']:.1f} % | "
+                f"| {sc} | {ks} | {_pct(h['false_flags'])} | {h['harmful']} | {100 * h['memory_recall']['rate']:.1f} % | "
                 f"{_pct(o[0]['within_200'])} | {_pct(nw[0]['within_200'])} | {_pct(o[1]['within_200'])} | "
                 f"{_pct(nw[1]['within_200'])} | {med} |"
             )
@@ -594,7 +650,12 @@ def main() -> None:
         for sc, (b, how) in scenarios(data, a).items():
             idx = np.flatnonzero(b.kind == how["kind"]) if how.get("kind") else None
             h = harm(a, b, idx, how.get("memory_share"))
-            res["shift"][sc] = {"harm": h, **shift(a, b, how, args.streams, args.length, rng)}
+            size = shift_size(a, b, idx) if not how.get("memory_share") else None
+            res["shift"][sc] = {
+                "harm": {**h, "harmful": harmful(h)},
+                "ks_on_rows": size,
+                **shift(a, b, how, args.streams, args.length, rng),
+            }
             x = res["shift"][sc]
             say(name, sc, {k: [v["within_200"]["rate"] for v in x[k]] for k in (OLD.name, NEW.name)})
         results[name] = res
