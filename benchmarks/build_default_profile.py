@@ -116,7 +116,9 @@ def main() -> None:
         fitter=CRMFitter(progress=True),
     )
     # no held-out part here (held_out_fraction=0): the validation card is written from
-    # verdict_eval.py's part B by profile_validation.py, not from calibrate's empty held-out file
+    # verdict_eval.py's part B by profile_validation.py, not from calibrate's empty held-out file;
+    # the held-out rows the drift watch compares with by default_profile_held_out.py
+    # (benchmarks/reliance_pipeline.sh runs both after verdict_eval.py)
     (out / "held_out.jsonl").unlink(missing_ok=True)
     v = prof.verdict
     summary = {

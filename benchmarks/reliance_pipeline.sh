@@ -9,6 +9,9 @@
 #    (-> benchmarks/results/mixed/verified.jsonl)
 # 3. build_default_profile.py: the shipped audit profile (calibrated on two thirds, split by fact)
 # 4. verdict_eval.py: CV, held-out and token-level figures (-> benchmarks/results/verdict/eval.json)
+#    profile_validation.py: the profile's validation.json from eval.json part B;
+#    default_profile_held_out.py: the held-out third audited with the shipped profile, its
+#    held_out.jsonl (the drift watch's reference sample)
 # 5. bench_audit.py: the audit's overhead over bare answering (-> benchmarks/results/audit/overhead.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +29,9 @@ log "build the shipped profile"
 python benchmarks/build_default_profile.py --verified "$RUNS/reliance-chat/verified.jsonl"
 log "evaluate the verdict"
 python benchmarks/verdict_eval.py --parts ABC
+log "the shipped profile's validation card and its drift reference (held_out.jsonl)"
+python benchmarks/profile_validation.py
+OMP_NUM_THREADS=1 python benchmarks/default_profile_held_out.py
 log "audit overhead"
 python benchmarks/bench_audit.py --n 16 --threads 2
 log "done"

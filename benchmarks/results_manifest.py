@@ -115,6 +115,7 @@ REGENERATE = [
         "python benchmarks/verdict_regression.py --out runs/verdict-regression/after.jsonl "
         "--compare runs/verdict-regression/before.jsonl --report benchmarks/results/verdict/regression/report.json",
     ),
+    ("verdict/held_out_build", "OMP_NUM_THREADS=1 python benchmarks/default_profile_held_out.py"),
     ("verdict/", "bash benchmarks/reliance_pipeline.sh (build_default_profile.py, verdict_eval.py)"),
 ]
 

@@ -18,10 +18,12 @@ from mnemoscope.stats.drift import (
     NOT_ENOUGH,
     DriftMonitor,
     DriftReference,
+    ad_statistic,
     binomial_flag_test,
     drift_check,
     flag_rate_test,
     ks_test,
+    permutation_check,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,10 +102,104 @@ def test_bonferroni_counts_every_planned_test() -> None:
     assert c.parted == tuple(t.name for t in c.tests if t.p_value is not None and t.p_value <= 0.05 / 3)
 
 
+def _mixed(
+    rng: np.random.Generator, n: int, shift: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Answers like the real ones: p_memory with an atom near 0 and 1, a signal with ties (a
+    third exact zeros), a discrete signal, the flag; ``shift`` moves the continuous signal only."""
+    mem = rng.random(n) < 0.45
+    p = np.where(mem, rng.beta(5, 1, n), rng.beta(1, 6, n)).round(3)
+    s = np.where(rng.random(n) < 0.33, 0.0, rng.normal(shift, 1, n))
+    d = rng.choice([0.0, 0.5, 1.0], n, p=[0.5, 0.1, 0.4])
+    return p, (p > 0.7).astype(int), {"s": s, "d": d}
+
+
+def test_permutation_test_false_alarm_rate_is_alpha_on_exchangeable_answers() -> None:
+    """Window and reference drawn from one law (with ties, atoms and a discrete signal), many
+    seeded draws: the share of p-values at most alpha is alpha, within the exact binomial CI
+    (the test is exact, neither anti- nor very conservative), at two levels."""
+    rng = np.random.default_rng(11)
+    trials, hits = 400, {0.05: 0, 0.2: 0}
+    for _ in range(trials):
+        rp, rf, rs = _mixed(rng, 80)
+        ref = DriftReference(rp, rf, rs)
+        wp, wf, ws = _mixed(rng, 40)
+        c = permutation_check(ref, wp, wf, ws, alpha=0.05, rng=rng, max_permutations=999)
+        assert c.p_value is not None and c.n_tests == 4
+        for a in hits:
+            hits[a] += c.p_value <= a
+    for a, k in hits.items():
+        ci = stats.binomtest(k, trials).proportion_ci(0.95)
+        assert ci.low <= a <= ci.high, (a, k)
+
+
+def test_permutation_test_sees_a_shift_of_one_signal_and_says_which() -> None:
+    rng = np.random.default_rng(12)
+    rp, rf, rs = _mixed(rng, 220)
+    ref = DriftReference(rp, rf, rs)
+    wp, wf, ws = _mixed(rng, 200, shift=1.0)  # p_memory and the flag unchanged
+    c = permutation_check(ref, wp, wf, ws, rng=rng)
+    assert c.drifted and c.p_value is not None and c.p_value <= 0.005 and c.parted == ("s",)
+    by = {t.name: t for t in c.tests}
+    assert by["s"].p_value < 1e-4 < by["p_memory"].p_value
+    same = permutation_check(ref, *_mixed(rng, 200), rng=rng)
+    assert not same.drifted and same.parted == ()
+
+
+def test_permutation_decision_depends_only_on_the_first_relabellings() -> None:
+    """At level alpha the decision is made by the first ceil(10 / alpha) - 1 relabellings: the
+    same with 1,999 as with 9,999 (only the p-value's resolution differs)."""
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        ref = DriftReference(*_mixed(rng, 150))
+        win = _mixed(rng, 100, shift=0.15 * seed)
+        short = permutation_check(ref, *win, alpha=0.005, rng=seed, max_permutations=1999)
+        long = permutation_check(ref, *win, alpha=0.005, rng=seed, max_permutations=9999)
+        assert short.drifted == long.drifted
+        assert short.p_value is not None and long.p_value is not None
+        assert (short.p_value <= 0.005) == (long.p_value <= 0.005)
+
+
+def test_ad_statistic_and_the_flag_test_match_their_definitions() -> None:
+    rng = np.random.default_rng(13)
+    a, b = rng.normal(0, 1, 90), rng.normal(0.4, 1, 60)
+    # Pettitt's two-sample A² without ties: 1/(nm) sum_i (M_i N - n i)^2 / (i (N - i))
+    n, m = len(b), len(a)
+    big_n = n + m
+    in_b = np.isin(np.sort(np.r_[a, b]), b)
+    mi = np.cumsum(in_b)[:-1]
+    i = np.arange(1, big_n)
+    want = float(((mi * big_n - n * i) ** 2 / (i * (big_n - i))).sum() / (n * m))
+    assert ad_statistic(a, b) == pytest.approx(want)
+    assert ad_statistic(a, a) == 0.0
+    c = permutation_check(DriftReference(a, (a > 0).astype(int), {}), b, (b > 0).astype(int), {}, rng=0)
+    fl = c.tests[-1]
+    assert fl.name == "flag_rate" and fl.p_value == pytest.approx(
+        stats.fisher_exact([[fl.k_window, n - fl.k_window], [fl.k_reference, m - fl.k_reference]]).pvalue
+    )
+    assert c.tests[0].statistic == pytest.approx(ad_statistic(a, b))
+
+
+def test_a_window_with_too_few_answers_gets_no_p_value() -> None:
+    rng = np.random.default_rng(14)
+    ref = DriftReference(*_mixed(rng, 100))
+    c = permutation_check(ref, *_mixed(rng, 19), min_n=20)
+    assert c.p_value is None and not c.drifted and all(t.p_value is None for t in c.tests)
+    assert all(t.reason and t.reason.startswith(NOT_ENOUGH) for t in c.tests)
+    mon = DriftMonitor(ref, window=10)  # a test every 10 answers on the last 10: never a p-value
+    p, f, s = _mixed(rng, 30)
+    for i in range(30):
+        mon.observe(p[i], bool(f[i]), {k: v[i] for k, v in s.items()})
+    st = mon.status()
+    assert st["n_windows"] > 0 and st["state"] == NOT_ENOUGH and st["last"]["p_value"] is None
+    assert st["n_alarms"] == 0
+
+
 def test_monitor_tests_non_overlapping_windows_and_says_not_enough_before() -> None:
+    """The previous scheme: window == step == first_test, ks-bonferroni."""
     rng = np.random.default_rng(5)
     ref = _ref(rng)
-    mon = DriftMonitor(ref, window=40, alpha=0.01)
+    mon = DriftMonitor(ref, window=40, step=40, first_test=40, alpha=0.01, method="ks-bonferroni")
     w = _ref(rng, 79)
     got = [mon.observe(w.p_memory[i], bool(w.flags[i]), {"s": w.signals["s"][i]}) for i in range(39)]
     assert got == [None] * 39
@@ -112,13 +208,52 @@ def test_monitor_tests_non_overlapping_windows_and_says_not_enough_before() -> N
     assert "p_value" not in json.dumps(st)
     first = mon.observe(w.p_memory[39], bool(w.flags[39]), {"s": w.signals["s"][39]})
     assert first is not None and (first.index, first.first, first.last, first.n) == (1, 1, 40, 40)
+    assert first.method == "ks-bonferroni" and first.p_value == first.p_bonferroni
     for i in range(40, 79):
         assert mon.observe(w.p_memory[i], bool(w.flags[i]), {"s": w.signals["s"][i]}) is None
     second = mon.observe(0.0, False, {})  # a record without the signal: nan for it
     assert second is not None and (second.index, second.first, second.last) == (2, 41, 80)
     st = mon.status()
-    assert st["n_windows"] == 2 and st["current"]["n"] == 0 and st["last"]["answers"] == [41, 80]
+    assert st["n_windows"] == 2 and st["current"] == {"n": 0, "of": 40} and st["last"]["answers"] == [41, 80]
     assert st["state"] in ("drift", "no drift") and st["n_alarms"] == first.drifted + second.drifted
+
+
+def test_monitor_default_scheme_tests_the_last_window_every_step() -> None:
+    """Every 50 answers from the 100th on, the last 200 (all answers so far before 200); "not
+    enough answers yet" and no p-value before the first test."""
+    rng = np.random.default_rng(8)
+    ref = _ref(rng)
+    mon = DriftMonitor(ref)
+    assert (mon.window, mon.step, mon.first_test, mon.alpha, mon.method) == (
+        200,
+        50,
+        100,
+        0.005,
+        "permutation",
+    )
+    w = _ref(rng, 300)
+    tested = []
+    for i in range(300):
+        c = mon.observe(w.p_memory[i], bool(w.flags[i]), {"s": w.signals["s"][i]})
+        if i == 98:
+            st = mon.status()
+            assert st["state"] == NOT_ENOUGH and st["current"] == {"n": 99, "of": 100}
+            assert "p_value" not in json.dumps(st)
+        if c is not None:
+            tested.append((i + 1, c.first, c.last, c.n))
+    assert tested == [
+        (100, 1, 100, 100),
+        (150, 1, 150, 150),
+        (200, 1, 200, 200),
+        (250, 51, 250, 200),
+        (300, 101, 300, 200),
+    ]
+    st = mon.status()
+    assert (
+        st["n_windows"] == 5 and st["current"] == {"n": 0, "of": 50} and st["last"]["method"] == "permutation"
+    )
+    assert 0 < st["last"]["p_value"] <= 1 and st["last"]["n_permutations"] >= 1
+    assert [t["name"] for t in st["last"]["tests"]] == ["p_memory", "s", "flag_rate"]
 
 
 def test_monitor_reads_records_and_skips_those_without_a_verdict() -> None:
@@ -134,7 +269,7 @@ def test_monitor_reads_records_and_skips_those_without_a_verdict() -> None:
         assert mon.observe_record(skip) is None
     assert mon.n_seen == 0
     mon.observe_record(ok)
-    assert mon.n_seen == 1 and mon._s["s"] == [1.5]
+    assert mon.n_seen == 1 and list(mon._buf) == [(0.3, 0, (1.5,))]
 
 
 def test_reference_from_the_committed_held_out_rows() -> None:
@@ -146,6 +281,49 @@ def test_reference_from_the_committed_held_out_rows() -> None:
     # the rows against themselves: nothing to see
     c = drift_check(ref, ref.p_memory, ref.flags, ref.signals)
     assert not c.drifted and all(t.p_value == pytest.approx(1.0) for t in c.tests)
+
+
+def test_the_shipped_default_profile_has_a_reference_sample() -> None:
+    """The default model's profile carries its held-out third audited with it
+    (``benchmarks/default_profile_held_out.py``): the file it recorded, tied to the profile by
+    validation.json's hash, reproducing that card's counts; ``serve`` and the proxy (both through
+    ``DriftWatch.watch``) watch drift for it instead of saying "no reference sample"."""
+    import hashlib
+    import sys
+    from types import SimpleNamespace
+
+    from mnemoscope.audit.profile import load_profile
+    from mnemoscope.cli.profile_cmd import shipped_default_profile
+    from mnemoscope.server.metrics import DriftWatch
+    from mnemoscope.server.profile_view import drift_reference
+    from mnemoscope.server.proxy import ProxySettings, _drift_metrics
+
+    folder = shipped_default_profile()
+    prof = load_profile(folder)
+    ref = drift_reference(prof)
+    rows = [json.loads(x) for x in (folder / "held_out.jsonl").read_text().splitlines() if x.strip()]
+    assert ref.n == len(rows) == 104 and list(ref.signals) == list(prof.verdict.selected_)
+    assert all(np.isfinite(v).all() for v in ref.signals.values())
+    rec = json.loads((ROOT / "benchmarks" / "results" / "verdict" / "held_out_build.json").read_text())
+    assert rec["profile_hash"] == prof.content_hash == prof.validation["profile_hash"]
+    assert rec["sha256"] == hashlib.sha256((folder / "held_out.jsonl").read_bytes()).hexdigest()
+    assert rec["bytes"] < 100_000  # only the fields drift and the card read
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from default_profile_held_out import agreement
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert agreement(rows, prof.validation)["equal"]
+
+    watch = DriftWatch()
+    watch.watch(prof)
+    st = watch.status()
+    assert st["watched"] and st["state"] == NOT_ENOUGH and st["reference"]["n"] == 104
+    proxy_watch, _ = _drift_metrics(SimpleNamespace(profile=prof), {}, ProxySettings(upstream="http://x/v1"))
+    assert proxy_watch.status()["watched"]
+    # the package ships it
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"data/profiles/*/*.jsonl"' in pyproject
 
 
 # -- the profile's reference sample and the service ----------------------------------------------
@@ -220,7 +398,7 @@ def test_serve_surfaces_window_statistic_and_p_value(lm: Any, held_out_profile: 
     with TestClient(app) as c:
         watch = app.state.mnemoscope.metrics.drift
         assert watch.status()["watched"]  # the lifespan attached the profile's reference
-        watch.watch(prof, window=20, alpha=0.01)  # a short window: 20 real audits fill it
+        watch.watch(prof, window=20, alpha=0.01)  # a window of 20: 20 real audits, one test
 
         def audit(i: int) -> None:
             body = {
@@ -246,6 +424,7 @@ def test_serve_surfaces_window_statistic_and_p_value(lm: Any, held_out_profile: 
             '{test="p_memory"}' in pv and '{test="flag_rate"}' in pv and all(0 <= v <= 1 for v in pv.values())
         )
         assert prom_series(text, "mnemoscope_drift_windows_total")[""] == 1
+        assert 0 < prom_series(text, "mnemoscope_drift_window_p_value")[""] <= 1
         assert prom_series(text, "mnemoscope_drift_window_answers")[""] == 0
         card = c.get("/v1/profile", headers=auth).json()["card"]["drift"]
         last = card["last"]

@@ -436,7 +436,7 @@ def _check_drift(page: Any, d: dict[str, Any]) -> None:
         return
     if d["last"] is None:
         expect(glance).to_contain_text(
-            f"not enough answers yet ({d['current']['n']} of {d['window']} answers"
+            f"not enough answers yet ({d['current']['n']} of {d['current']['of']} answers"
         )
         expect(panel.locator("table.drift")).to_have_count(0)
         return

@@ -6,8 +6,9 @@ profile's guarantee is about). CRM's LTS anomaly rule is not counted (it is seco
 ``crm`` in each audit).
 
 :class:`DriftWatch` holds the service's drift monitor (:mod:`mnemoscope.stats.drift`: the live
-answers against the profile's calibration answers, in non-overlapping windows) or the reason
-drift is not watched, and exports it as ``mnemoscope_drift_*`` series (docs/server.md#drift);
+answers against the profile's calibration answers, every 50 answers a permutation test of the
+last 200) or the reason drift is not watched, and exports it as ``mnemoscope_drift_*`` series
+(docs/server.md#drift);
 ``serve`` and the proxy (``/mnemoscope/metrics``) each keep one.
 """
 
@@ -85,8 +86,17 @@ class DriftWatch:
         self.reason = "no profile loaded yet: drift not watched"
         self._lock = threading.Lock()
 
-    def watch(self, profile: Any, *, window: int = DEFAULT_WINDOW, alpha: float = DEFAULT_ALPHA) -> None:
-        """Start watching against ``profile``'s reference sample, or record why not."""
+    def watch(
+        self,
+        profile: Any,
+        *,
+        window: int = DEFAULT_WINDOW,
+        alpha: float = DEFAULT_ALPHA,
+        step: int | None = None,
+        first_test: int | None = None,
+    ) -> None:
+        """Start watching against ``profile``'s reference sample, or record why not (``window``,
+        ``alpha``, ``step``, ``first_test``: :class:`~mnemoscope.stats.drift.DriftMonitor`'s)."""
         from mnemoscope.errors import InputError
         from mnemoscope.server.profile_view import drift_reference
 
@@ -97,7 +107,8 @@ class DriftWatch:
                 self.monitor, self.reason = None, e.reason
             return
         with self._lock:
-            self.monitor, self.reason = DriftMonitor(ref, window=window, alpha=alpha), ""
+            self.monitor = DriftMonitor(ref, window=window, alpha=alpha, step=step, first_test=first_test)
+            self.reason = ""
 
     def record(self, record: dict[str, Any]) -> None:
         """Feed one stored audit record (ignored when drift is not watched)."""
@@ -136,46 +147,52 @@ class DriftWatch:
         if not st["watched"]:
             return
         yield GaugeMetricFamily(
-            "mnemoscope_drift_window_size", "answers per tested window", value=st["window"]
+            "mnemoscope_drift_window_size", "the most recent answers one test compares", value=st["window"]
+        )
+        yield GaugeMetricFamily("mnemoscope_drift_step", "answers between two tests", value=st["step"])
+        yield GaugeMetricFamily(
+            "mnemoscope_drift_alpha", "false-alarm probability of one test", value=st["alpha"]
         )
         yield GaugeMetricFamily(
-            "mnemoscope_drift_alpha", "false-alarm probability of one window", value=st["alpha"]
-        )
-        yield GaugeMetricFamily(
-            "mnemoscope_drift_window_answers", "answers in the window being filled", value=st["current"]["n"]
+            "mnemoscope_drift_window_answers",
+            "answers since the last test (before the first: answers so far)",
+            value=st["current"]["n"],
         )
         yield GaugeMetricFamily(
             "mnemoscope_drift_reference_answers",
             "answers in the reference sample",
             value=st["reference"]["n"],
         )
-        yield CounterMetricFamily("mnemoscope_drift_windows", "windows tested", value=st["n_windows"])
-        yield CounterMetricFamily("mnemoscope_drift_alarms", "windows that drifted", value=st["n_alarms"])
+        yield CounterMetricFamily("mnemoscope_drift_windows", "tests run", value=st["n_windows"])
+        yield CounterMetricFamily("mnemoscope_drift_alarms", "tests that fired", value=st["n_alarms"])
         last = st["last"]
         if last is None:
             return  # not enough answers yet: no p-value
         yield GaugeMetricFamily(
             "mnemoscope_drift_alarm",
-            "1 when the last tested window drifted",
+            "1 when the last test fired",
             value=1.0 if last["drifted"] else 0.0,
         )
         yield GaugeMetricFamily(
             "mnemoscope_drift_window_last_answer", "index of the last answer of the last tested window",
             value=last["answers"][1],
         )  # fmt: skip
-        if last["p_bonferroni"] is not None:  # None: no test of the window had enough values
+        if last["p_value"] is not None:  # None: no test of the window had enough values
             yield GaugeMetricFamily(
-                "mnemoscope_drift_p_value_bonferroni",
-                "the last tested window's smallest p-value times the number of tests (capped at 1)",
-                value=last["p_bonferroni"],
+                "mnemoscope_drift_window_p_value",
+                "the last test's p-value (permutation p-value; ks-bonferroni: the Bonferroni-adjusted smallest)",
+                value=last["p_value"],
             )
         stat = GaugeMetricFamily(
             "mnemoscope_drift_statistic",
-            "the last tested window's statistic per test (KS D; flag rate: window minus reference)",
+            "the last test's statistic per coordinate (Anderson-Darling A², or KS D for ks-bonferroni; "
+            "flag rate: window minus reference)",
             labels=["test"],
         )
         pv = GaugeMetricFamily(
-            "mnemoscope_drift_p_value", "the last tested window's p-value per test", labels=["test"]
+            "mnemoscope_drift_p_value",
+            "the last test's p-value per coordinate, that coordinate alone (not the decision)",
+            labels=["test"],
         )
         for t in last["tests"]:
             if t["p_value"] is not None:  # a test with too few values has no p-value

@@ -50,17 +50,19 @@
   const p3 = (v) => (v === null || v === undefined ? NM : v < 0.001 ? v.toExponential(2) : v.toFixed(3));
   function driftLine(d) {
     if (!d || !d.watched) return '<span class="nm">' + esc((d && d.reason) || "not watched") + "</span>";
-    if (!d.last) return '<span class="nm">not enough answers yet</span> <span class="muted">(' + d.current.n + " of " + d.window + " answers in the first window)</span>";
+    if (!d.last) return '<span class="nm">not enough answers yet</span> <span class="muted">(' + d.current.n + " of " + d.current.of + " answers before the first test)</span>";
     const l = d.last;
+    const how = l.method === "permutation" ? "permutation p = " + p3(l.p_value) + " over " + l.n_tests + " coordinates"
+      : "Bonferroni p = " + p3(l.p_value) + " over " + l.n_tests + " tests";
     return '<b class="drift-' + (l.drifted ? "yes" : "no") + '">' + esc(d.state) + "</b> in window " + l.index +
-      " (answers " + l.answers[0] + "-" + l.answers[1] + "): Bonferroni p = " + p3(l.p_bonferroni) + " over " + l.n_tests +
-      " tests, alpha " + scalar(d.alpha) + ' <span class="muted">(' + d.n_alarms + " of " + d.n_windows + " windows drifted)</span>";
+      " (answers " + l.answers[0] + "-" + l.answers[1] + "): " + how +
+      ", alpha " + scalar(d.alpha) + ' <span class="muted">(' + d.n_alarms + " of " + d.n_windows + " tests fired)</span>";
   }
   function drift(d) {
     let html = "<p data-key=\"drift-state\">" + driftLine(d) + "</p>";
     if (!d || !d.watched) return html;
     html += '<p class="muted">' + esc(d.scheme) + "; reference: " + d.reference.n + " calibration answers (" + esc(d.reference.source) +
-      "), flag rate " + pct(d.reference.flag_rate) + "; next window: " + d.current.n + " of " + d.window + " answers</p>";
+      "), flag rate " + pct(d.reference.flag_rate) + "; next test: " + d.current.n + " of " + d.current.of + " answers</p>";
     if (!d.last) return html;
     return html + '<table class="drift"><thead><tr><th>test</th><th>window n</th><th>reference n</th><th>statistic</th><th>p-value</th><th>method</th></tr></thead><tbody>' +
       d.last.tests.map((t) => '<tr data-test="' + esc(t.name) + '"><th>' + esc(t.name) + "</th><td>" + t.n_window + "</td><td>" + t.n_reference +
