@@ -47,6 +47,11 @@ REGENERATE = [
         "mnemoscope calibrate --endpoint URL --chat-template qwen.gguf --max-records 48 (run.json)",
     ),
     ("endpoint/", "python benchmarks/endpoint_agreement.py"),
+    (
+        "drift/",
+        "OMP_NUM_THREADS=1 python benchmarks/bench_drift.py --streams 100 --null-streams 100 --trials 500 "
+        "(drift/data/: bench_drift.py --import-run PROFILE_DIR NAME)",
+    ),
     ("integrations/", "python benchmarks/bench_integrations.py"),
     ("proxy/leak", "python benchmarks/bench_proxy.py leak --n 1000 (docs/proxy.md)"),
     (

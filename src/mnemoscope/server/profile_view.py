@@ -41,8 +41,9 @@ def profile_view(profile: AuditProfile, *, rule: str, drift: dict[str, Any] | No
 def drift_reference(profile: AuditProfile) -> DriftReference:
     """The profile's calibration answers the live ones are compared with: the held-out rows
     ``mnemoscope calibrate`` writes next to ``profile.json`` (``held_out.jsonl``: each held-out
-    answer audited with the finished profile, never fitted on), their p_memory, memory flag and
-    the values of the signals the profile's verdict combines.
+    answer audited with the finished profile, never fitted on; for the shipped default profile,
+    ``benchmarks/default_profile_held_out.py`` writes the same rows), their p_memory, memory flag
+    and the values of the signals the profile's verdict combines.
 
     The rows are used only when ``validation.json`` records this profile's hash (the two files
     are written together; rows of another calibration would compare the live answers with the
