@@ -76,10 +76,11 @@ def _sentencepiece_tokenizer() -> Any:
 def _smollm2_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    found = sorted((Path.home() / ".cache" / "mnemoscope" / "models").glob("SmolLM2*/tokenizer.json"))
-    if not found:
-        pytest.skip("the default model's converted tokenizer is not cached (run `mnemoscope models`)")
-    return AutoTokenizer.from_pretrained(found[0].parent)
+    from mnemoscope.models.loader import _converted_gguf_folder, default_gguf_path
+    from mnemoscope.paths import cache_dir
+
+    # the converted folder the loader uses (converted once on a fresh machine, ~25 s; then cached)
+    return AutoTokenizer.from_pretrained(_converted_gguf_folder(default_gguf_path(), cache_dir()))
 
 
 def _tricky_sequences(tok: Any, vocab: int, rng: random.Random) -> list[list[int]]:
