@@ -16,7 +16,7 @@ git clone -q "$SRC" "$WORK/clone"
 export HOME="$WORK/home"
 export PATH="$WORK/venv/bin:$PATH"
 unset PYTHONPATH
-cd "$WORK/clone"
+cd "$WORK/clone" || exit 1
 echo "commit $(git rev-parse HEAD)"
 echo "start $(date -u +%FT%TZ) $(uptime)"
 start=$(date +%s)
