@@ -449,30 +449,30 @@ def run_proxy_child(args: argparse.Namespace) -> int:
     return 0
 
 
-class _LeakChild:
-    """One arm of ``leak --where process``: :func:`run_proxy_child` in its own process."""
+class _Spawned:
+    """A proxy in a process of its own, started by :meth:`_spawn` and answering
+    ``/mnemoscope/health``: what :class:`_LeakChild` and :class:`ProxyProcess` share."""
 
-    def __init__(self, name: str, upstream: str, db: Path, extra: list[str], tracemalloc_on: bool):
+    port: int
+    url: str
+    proc: Any
+    _log: Any
+
+    def _spawn(self, command: list[str], log: Path, what: str) -> None:
+        """Start ``command`` (one torch thread) and wait up to 300 s for its health route."""
         import subprocess
 
         import httpx
 
-        self.name = name
-        self.port = _free_port()
-        self.command = [
-            sys.executable, str(Path(__file__).resolve()), "proxy-child", "--upstream", upstream,
-            "--db", str(db), "--port", str(self.port), *(["--tracemalloc"] if tracemalloc_on else []), *extra,
-        ]  # fmt: skip
+        self.command = command
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._log = open(db.with_suffix(".log"), "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
         t0 = time.monotonic()
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the proxy child exited with {self.proc.returncode}: see {self._log.name}"
-                )
+                raise RuntimeError(f"{what} exited with {self.proc.returncode}: see {self._log.name}")
             try:
                 if httpx.get(f"{self.url}/mnemoscope/health", timeout=2).status_code == 200:
                     break
@@ -480,17 +480,8 @@ class _LeakChild:
                 pass
             if time.monotonic() - t0 > 300:
                 self.stop()
-                raise RuntimeError("the proxy child did not start within 300 s")
+                raise RuntimeError(f"{what} did not start within 300 s")
             time.sleep(0.2)
-
-    def sample(self, client: Any, release: bool, snapshot: bool, collect: bool = False) -> dict[str, Any]:
-        params = {"release": release, "snapshot": snapshot, "collect": collect}
-        r = client.get(f"{self.url}/_bench/memory", params=params, timeout=600)
-        r.raise_for_status()
-        out = dict(r.json())
-        out["fds"] = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-        out["cpu_s"] = round(_proc_cpu(self.proc.pid), 2)
-        return out
 
     def health(self) -> dict[str, Any]:
         import httpx
@@ -508,6 +499,28 @@ class _LeakChild:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._log.close()
+
+
+class _LeakChild(_Spawned):
+    """One arm of ``leak --where process``: :func:`run_proxy_child` in its own process."""
+
+    def __init__(self, name: str, upstream: str, db: Path, extra: list[str], tracemalloc_on: bool):
+        self.name = name
+        self.port = _free_port()
+        command = [
+            sys.executable, str(Path(__file__).resolve()), "proxy-child", "--upstream", upstream,
+            "--db", str(db), "--port", str(self.port), *(["--tracemalloc"] if tracemalloc_on else []), *extra,
+        ]  # fmt: skip
+        self._spawn(command, db.with_suffix(".log"), "the proxy child")
+
+    def sample(self, client: Any, release: bool, snapshot: bool, collect: bool = False) -> dict[str, Any]:
+        params = {"release": release, "snapshot": snapshot, "collect": collect}
+        r = client.get(f"{self.url}/_bench/memory", params=params, timeout=600)
+        r.raise_for_status()
+        out = dict(r.json())
+        out["fds"] = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        out["cpu_s"] = round(_proc_cpu(self.proc.pid), 2)
+        return out
 
 
 def _slope_per_10k(xs: list[float], ys: list[float]) -> float | None:
@@ -718,42 +731,17 @@ def _auditor(server: Any, profile: str | None) -> Any:
     return Auditor.from_endpoint(client, prof)
 
 
-class ProxyProcess:
+class ProxyProcess(_Spawned):
     """``mnemoscope proxy`` as its own process (as deployed): its fds, threads, RSS and CPU are read
     from ``/proc/<pid>`` without the benchmark's clients in them."""
 
     def __init__(self, upstream: str, db: Path, profile: str, *args: str, log: Path | None = None):
-        import subprocess
-
-        import httpx
-
         self.port = _free_port()
-        self.command = [
+        command = [
             sys.executable, "-m", "mnemoscope", "proxy", "--upstream", upstream, "--profile", profile,
             "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port), *args,
         ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._log = open(log or db.with_suffix(".log"), "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        self.url = f"http://127.0.0.1:{self.port}"
-        t0 = time.monotonic()
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the proxy exited with {self.proc.returncode}: see {self._log.name}")
-            try:
-                if httpx.get(f"{self.url}/mnemoscope/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - t0 > 300:
-                self.stop()
-                raise RuntimeError("the proxy did not start within 300 s")
-            time.sleep(0.2)
-
-    def health(self) -> dict[str, Any]:
-        import httpx
-
-        return dict(httpx.get(f"{self.url}/mnemoscope/health", timeout=30).json())
+        self._spawn(command, log or db.with_suffix(".log"), "the proxy")
 
     def sample(self) -> dict[str, float]:
         pid = self.proc.pid
@@ -777,18 +765,6 @@ class ProxyProcess:
                 return True
             time.sleep(0.5)
         return False
-
-    def stop(self) -> None:
-        import subprocess
-
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
 
 
 def _proc_cpu(pid: int) -> float:
