@@ -451,20 +451,17 @@ def trace_endpoint_prompts(
 def _cut_text_at_stop(text: str, stops: Sequence[str]) -> str:
     """``text`` up to the first of ``stops`` from its first non-blank character on (the earliest
     occurrence; the longest stop on a tie): the search of :func:`~mnemoscope.trace.pair.cut_at_stop`,
-    on a text whose tokens are not known (the client-side safety net of a closed-book answer the
+    on a text whose tokens are not known (:func:`~mnemoscope.trace.pair.find_stop`; the client-side safety net of a closed-book answer the
     server was asked to stop).
 
     Example:
         >>> _cut_text_at_stop("\\n\\nParis.\\n\\nQuestion: x", ["\\n\\n"])
         '\\n\\nParis.'
     """
-    begin = len(text) - len(text.lstrip())
-    hits = [(text.find(x, begin), x) for x in stops if x]
-    hits = [(at, x) for at, x in hits if at >= 0]
-    if not hits:
-        return text
-    at, _ = min(hits, key=lambda h: (h[0], -len(h[1])))
-    return text[:at]
+    from mnemoscope.trace.pair import find_stop
+
+    hit = find_stop(text, stops)
+    return text if hit is None else text[: hit[0]]
 
 
 def _closed_book(

@@ -43,6 +43,7 @@ __all__ = [
     "build_pair_traces",
     "cut_at_stop",
     "cut_pieces_at_stop",
+    "find_stop",
     "prepare_pair",
     "step_stats",
     "teacher_forced",
@@ -159,6 +160,22 @@ def trace_prepared(tracer: Tracer, prepared: Sequence[PreparedPair], config: Pai
     return out
 
 
+def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """Where an app's stop sequences end the generated ``text``: ``(character offset, stop)`` of the
+    earliest occurrence of any of ``stops`` from the first non-blank character on (a leading blank
+    line does not end an answer before it starts; the longest stop on a tie), or ``None``. The one
+    search :func:`cut_at_stop`, :func:`cut_pieces_at_stop` and the endpoint's text-only cut share.
+
+    Example:
+        >>> find_stop("\\n\\nParis.\\n\\nQuestion: x", ["\\n\\n", "\\nQuestion:"])
+        (8, '\\n\\n')
+    """
+    begin = len(text) - len(text.lstrip())
+    hits = [(text.find(x, begin), x) for x in stops if x]
+    hits = [(at, x) for at, x in hits if at >= 0]
+    return min(hits, key=lambda h: (h[0], -len(h[1]))) if hits else None
+
+
 def cut_at_stop(
     tokenizer: Any, ids: Sequence[int], stops: Sequence[str]
 ) -> tuple[int, dict[str, Any] | None]:
@@ -177,12 +194,10 @@ def cut_at_stop(
     if not stops or not ids:
         return len(ids), None
     full = tokenizer.decode(ids, skip_special_tokens=True)
-    begin = len(full) - len(full.lstrip())
-    hits = [(full.find(s, begin), s) for s in stops if s]
-    hits = [(at, s) for at, s in hits if at >= 0]
-    if not hits:
+    hit = find_stop(full, stops)
+    if hit is None:
         return len(ids), None
-    at, stop = min(hits, key=lambda h: (h[0], -len(h[1])))
+    at, stop = hit
     keep = 0
     for k in range(1, len(ids) + 1):
         text = tokenizer.decode(ids[:k], skip_special_tokens=True)
@@ -200,13 +215,10 @@ def cut_pieces_at_stop(pieces: Sequence[str], stops: Sequence[str]) -> tuple[int
     pieces = [str(p) for p in pieces]
     if not stops or not pieces:
         return len(pieces), None
-    full = "".join(pieces)
-    begin = len(full) - len(full.lstrip())
-    hits = [(full.find(s, begin), s) for s in stops if s]
-    hits = [(at, s) for at, s in hits if at >= 0]
-    if not hits:
+    hit = find_stop("".join(pieces), stops)
+    if hit is None:
         return len(pieces), None
-    at, stop = min(hits, key=lambda h: (h[0], -len(h[1])))
+    at, stop = hit
     keep, end = 0, 0
     for p in pieces:
         if end + len(p) > at:
