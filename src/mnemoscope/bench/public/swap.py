@@ -239,8 +239,8 @@ def answer_type(answer: str, question: str = "", title: str = "") -> tuple[str, 
         unit = m.group(3) or ""
         return ("number", ("decimal" if m.group(2) else "integer") + "|" + unit)
     if _is_name(a):
-        t = title.replace("_", " ").strip().casefold()
-        if t and (t in a.casefold() or a.casefold() in t):
+        t, n = f" {' '.join(title.replace('_', ' ').casefold().split())} ", f" {a.casefold()} "
+        if t.strip() and (t in n or n in t):  # whole words: title "A" is not in "Tom Hart"
             return None
         if _is_org(a) or _ORG_Q.search(question):
             return ("name", "org")
