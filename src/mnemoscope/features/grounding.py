@@ -50,8 +50,8 @@ __all__ = [
     "join_phrases",
     "parting_word",
     "sentence_ids",
-    "stating_passages",
     "states",
+    "stating_passages",
 ]
 
 #: Words of generic elaboration: they say how the answer relates to the query ("plays a crucial
@@ -89,9 +89,7 @@ GENERIC_WORDS = frozenset(
 
 
 #: lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
-PARTICLES = frozenset(
-    "da de del della di do dos du van von der den la le bin ibn al of y".split()
-)
+PARTICLES = frozenset(["da", "de", "del", "della", "di", "do", "dos", "du", "van", "von", "der", "den", "la", "le", "bin", "ibn", "al", "of", "y"])
 
 
 def _is_generic(text: str) -> bool:
@@ -126,7 +124,9 @@ def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list
     return out
 
 
-def join_phrases(groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]) -> list[list[int]]:
+def join_phrases(
+    groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]
+) -> list[list[int]]:
     """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
     England"): consecutive chosen words, or two joined by a name particle; anything else ends it."""
     out: list[list[int]] = []
