@@ -166,7 +166,7 @@ def revalidate() -> list[str]:
                 "changed": diff,
             }
         )
-        card_path.write_text(json.dumps(card, indent=2, ensure_ascii=False) + "\n")
+        card_path.write_text(json.dumps(card, indent=1, default=str) + "\n")
         changed.append(card_path.parent.name)
     return changed
 
