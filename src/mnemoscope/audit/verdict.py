@@ -565,6 +565,8 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
             "signals_used": list(verdict.selected_) if verdict is not None else [],
             "signals": {k: float(v) for k, v in m.values.items()},
             "answer_words": None if facts is None else facts.to_dict(),
+            # the model's own closed-book greedy answer, when the audit generated one
+            "closed_book_answer": getattr(m.trace, "answer_without", None),
         },
         repcs=rv,
         crm=crm_block(m, profile),
