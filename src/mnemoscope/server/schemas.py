@@ -32,8 +32,24 @@ class AuditOptions(BaseModel):
     )
 
 
+def _one_context(schema: dict[str, Any]) -> None:
+    """The body's JSON schema says what the validator checks: exactly one of context and passages,
+    neither null, passages distinct and not blank (so generated valid bodies are valid)."""
+    props = schema.get("properties", {})
+    for name in ("context", "passages"):
+        f = props.get(name, {})
+        kept = [x for x in f.pop("anyOf", []) if x.get("type") != "null"]
+        if kept:
+            f.update(kept[0])
+        f.pop("default", None)
+    if "passages" in props:
+        props["passages"]["items"] = {"type": "string", "pattern": "\\S"}
+        props["passages"]["uniqueItems"] = True
+    schema["oneOf"] = [{"required": ["context"]}, {"required": ["passages"]}]
+
+
 class AuditIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_context)
 
     context: str | None = Field(
         None,
