@@ -123,7 +123,7 @@ def test_sqlite_store_appends_verifies_and_pages(tmp_path: Path) -> None:
     assert len(st.history(source="context").items) == 7
     assert len(st.history(since=1004.0, until=1006.0).items) == 3
     c = st.counts()
-    assert c["by_source"] == {"context": 7, "memory": 3, "mixed": 0, "undetermined": 0}
+    assert c["by_source"] == {"context": 7, "memory": 3, "mixed": 0, "undetermined": 0, "unsupported": 0}
     assert c["n_memory_flag"] == 3
     assert [c.tree_size for c in st.checkpoints()] == [4, 8]
     rep = st.verify()
@@ -496,7 +496,7 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
         for line in m.splitlines()
         if line.startswith("mnemoscope_verdicts_total{")
     )
-    assert len(series) == 8 and sum(series.values()) == 2.0, series
+    assert len(series) == 10 and sum(series.values()) == 2.0, series
     empty_key = 'mnemoscope_verdicts_total{memory_flag="false",source="undetermined"}'
     assert series[empty_key] >= 1.0, series  # the empty-context audit
     assert "mnemoscope_anomalies_total" not in m
