@@ -194,3 +194,132 @@ def test_traces_stored_before_the_passage_fields_still_load(tmp_path: Path) -> N
     (t,) = load_traces(tmp_path / "t").traces
     assert t.passages is None and t.passage_ablated == () and t.passage_logprobs is None
     assert t.answer_with == "abc"
+
+
+# -- the in-process backend -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def backend_parts(tiny_service: Any) -> tuple[Any, Any]:
+    from mnemoscope.audit.profile import load_profile
+    from mnemoscope.models import load_model
+
+    model_dir, prof = tiny_service
+    lm = load_model(str(model_dir))
+    return lm, load_profile(prof, model=lm.info)
+
+
+def _request(passages: tuple[str, ...] | None, query: str = QUERY, **kw: Any) -> Any:
+    """A request with passages (``AuditRequest.passages`` once requests.py has it; a stand-in before)."""
+    from mnemoscope.audit.requests import AuditRequest
+
+    context = join_passages(passages) if passages is not None else kw.pop("context", "")
+    if any(f.name == "passages" for f in dataclasses.fields(AuditRequest)):
+        return AuditRequest(context, query, passages=passages, **kw)
+
+    @dataclasses.dataclass(frozen=True)
+    class WithPassages(AuditRequest):
+        passages: tuple[str, ...] | None = None
+
+    return WithPassages(context, query, passages=passages, **kw)
+
+
+def _local(backend_parts: Any, select: Any = None, **kw: Any) -> Any:
+    from mnemoscope.audit.backends import LocalBackend
+
+    lm, prof = backend_parts
+    b = LocalBackend(lm, prof, batch_size=4, **kw)
+    if select is not None:  # explicit passages to leave out (the facts' choice is tested on its own)
+        b.passages_to_ablate = select
+    return b
+
+
+def _run(backend: Any, reqs: list[Any]) -> tuple[list[Any], int]:
+    prepared = [backend.prepare(i, r) for i, r in enumerate(reqs)]
+    with counted(backend.tracer.model) as n:
+        out = backend.run(prepared)
+    return out, n[0]
+
+
+def test_the_backend_stores_each_ablated_passage_as_a_direct_forward_scores_it(backend_parts: Any) -> None:
+    lm, prof = backend_parts
+    b = _local(backend_parts, select=lambda t, pieces: [3, 0, 1], max_ablations=2)
+    ((t, _),) = _run(b, [_request(PASSAGES, answer=" Mira Tal.")])[0]
+    assert t.context == join_passages(PASSAGES) and t.passages == PASSAGES
+    assert t.passage_ablated == (3, 0) and t.passage_logprobs.shape == (2, t.n_steps)
+    for r, j in enumerate(t.passage_ablated):
+        ref = direct(lm, prof.builder, without_passage(PASSAGES, j), t.answer_ids.tolist())
+        np.testing.assert_allclose(t.passage_logprobs[r], ref, atol=1e-5, rtol=0)
+    # the row of the full context would be the with-context path: same arithmetic, same numbers
+    full = direct(lm, prof.builder, join_passages(PASSAGES), t.answer_ids.tolist())
+    np.testing.assert_allclose(t.logprob_answer_with, full, atol=1e-4, rtol=0)
+    info = t.backend["passage_ablation"]
+    assert info == {"candidates": [3, 0, 1], "ablated": [3, 0], "dropped": [1], "max_ablations": 2}
+    assert any("max_ablations" in n and "[1]" in n for n in b.notes(t))
+
+
+def test_all_audits_of_a_run_share_one_ablation_batch_and_one_passage_costs_nothing(
+    backend_parts: Any,
+) -> None:
+    b = _local(backend_parts, select=lambda t, pieces: [0, 2])
+    plain = [_request(None, context=join_passages(PASSAGES), answer=" Mira Tal.")] * 2
+    _, n_plain = _run(b, plain)
+    # answers of one length: the lockstep groups by length, so both pairs trace in one batch
+    many = [_request(PASSAGES, answer=" Mira Tal."), _request(PASSAGES[1:], answer=" Tal Mira.")]
+    out, n_many = _run(b, many)
+    assert n_many == n_plain + 1  # four ablated rows, one forward (batch_size 4)
+    assert [t.passage_ablated for t, _ in out] == [(0, 2), (0, 2)]
+    # one passage: leaving it out is the no-context path, already traced; nothing more is run
+    one, n_one = _run(b, [_request(PASSAGES[:1], answer=" Mira Tal.")] * 2)
+    assert n_one == n_plain
+    for t, _ in one:
+        assert t.passages == PASSAGES[:1] and t.passage_ablated == () and t.passage_logprobs is None
+        assert "passage_ablation" not in t.backend
+    # nothing to leave out (no passage states an answer-bearing phrase): no forward either
+    none = _local(backend_parts, select=lambda t, pieces: [])
+    out, n_none = _run(none, many)
+    assert n_none == n_plain
+    assert all(t.passage_logprobs is None and t.backend["passage_ablation"]["ablated"] == [] for t, _ in out)
+
+
+def test_a_run_without_passages_is_todays_audit(backend_parts: Any) -> None:
+    def never(t: Any, pieces: Any) -> list[int]:
+        raise AssertionError("no passages: nothing is selected")
+
+    b = _local(backend_parts, select=never)
+    out, _ = _run(b, [_request(None, context=join_passages(PASSAGES), answer=" Mira Tal.")])
+    ((t, _),) = out
+    assert t.passages is None and t.passage_ablated == () and t.passage_logprobs is None and t.backend == {}
+    assert b.notes(t) == []
+
+
+def test_the_callers_own_prompts_are_not_ablated_and_say_so(backend_parts: Any) -> None:
+    b = _local(backend_parts, select=lambda t, pieces: [0])
+    req = _request(PASSAGES, answer=" Mira Tal.", prompts=("Facts: ...\nQ: who?\nA:", "Q: who?\nA:"))
+    ((t, _),), n = _run(b, [req])
+    assert n == 2 and t.passages == PASSAGES and t.passage_logprobs is None
+    assert "skipped" in t.backend["passage_ablation"] and any("not left out" in x for x in b.notes(t))
+
+
+def test_over_an_endpoint_passages_are_carried_and_said_not_measured() -> None:
+    from types import SimpleNamespace
+
+    from mnemoscope.audit.backends import NOT_MEASURED, EndpointBackend
+
+    fake = SimpleNamespace(caps=SimpleNamespace(method="native"), client=SimpleNamespace(endpoint="http://x"))
+    t = _pair_trace(passages=PASSAGES, backend={"kind": "endpoint", "notes": []})
+    assert EndpointBackend.result_fields(fake, t)["passage_ablation"] == NOT_MEASURED  # type: ignore[arg-type]
+    assert any("not left out" in n for n in EndpointBackend.notes(fake, t))  # type: ignore[arg-type]
+    one = _pair_trace(passages=PASSAGES[:1], backend={"kind": "endpoint"})
+    assert "passage_ablation" not in EndpointBackend.result_fields(fake, one)  # type: ignore[arg-type]
+
+
+def test_the_facts_choose_the_passage_that_states_the_answer(backend_parts: Any) -> None:
+    """With the facts' own choice (features.facts.passages_to_ablate): the passage stating the
+    answer-bearing phrase "Mira Tal" is left out, the others are not."""
+    facts = pytest.importorskip("mnemoscope.features.facts")
+    if not hasattr(facts, "passages_to_ablate"):
+        pytest.skip("features.facts.passages_to_ablate is not on this branch yet")
+    b = _local(backend_parts)
+    ((t, _),), _ = _run(b, [_request(PASSAGES, answer=" Mira Tal.")])
+    assert 1 in t.passage_ablated and t.passage_logprobs.shape == (len(t.passage_ablated), t.n_steps)
