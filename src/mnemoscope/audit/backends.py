@@ -297,13 +297,15 @@ class LocalBackend:
 
     def passages_to_ablate(self, trace: PairTrace, pieces: Sequence[str]) -> list[int]:
         """The passages of ``trace`` that state an answer-bearing phrase (pure: the facts of the
-        traced answer, :func:`~mnemoscope.features.facts.passages_to_ablate`), before the cap."""
-        from mnemoscope.audit.signals import answer_facts
-        from mnemoscope.features.facts import passages_to_ablate  # type: ignore[attr-defined]  # the lead's, landing
+        traced answer found as the audit finds them, with the profile's selection,
+        :func:`~mnemoscope.features.facts.passages_to_ablate`), before the cap."""
+        from mnemoscope.audit.signals import answer_facts, selection_of
+        from mnemoscope.features.facts import passages_to_ablate
 
-        return [
-            int(j) for j in passages_to_ablate(answer_facts(trace, pieces, margin=self.profile.token_margin))
-        ]
+        facts = answer_facts(
+            trace, pieces, margin=self.profile.token_margin, selection=selection_of(self.profile)
+        )
+        return [int(j) for j in passages_to_ablate(facts)]
 
     def ablate(
         self, traced: list[Traced], prepared: Sequence[tuple[Any, tuple[str, ...] | None]]
