@@ -256,6 +256,7 @@ def test_the_backend_stores_each_ablated_passage_as_a_direct_forward_scores_it(b
     info = t.backend["passage_ablation"]
     assert info == {"candidates": [3, 0, 1], "ablated": [3, 0], "dropped": [1], "max_ablations": 2}
     assert any("max_ablations" in n and "[1]" in n for n in b.notes(t))
+    assert b.result_fields(t) == {"passage_ablation": info}
 
 
 def test_all_audits_of_a_run_share_one_ablation_batch_and_one_passage_costs_nothing(
@@ -290,7 +291,7 @@ def test_a_run_without_passages_is_todays_audit(backend_parts: Any) -> None:
     out, _ = _run(b, [_request(None, context=join_passages(PASSAGES), answer=" Mira Tal.")])
     ((t, _),) = out
     assert t.passages is None and t.passage_ablated == () and t.passage_logprobs is None and t.backend == {}
-    assert b.notes(t) == []
+    assert b.notes(t) == [] and b.result_fields(t) == {}
 
 
 def test_the_callers_own_prompts_are_not_ablated_and_say_so(backend_parts: Any) -> None:

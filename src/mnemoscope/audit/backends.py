@@ -387,7 +387,9 @@ class LocalBackend:
         return answer_pieces(self.tracer.tokenizer, trace.answer_ids.tolist())
 
     def result_fields(self, trace: PairTrace) -> dict[str, Any]:
-        return {}
+        # an audit of passages says which were left out and scored (none otherwise: results as before)
+        info = _backend_of(trace).get("passage_ablation")
+        return {"passage_ablation": dict(info)} if info is not None else {}
 
     def notes(self, trace: PairTrace) -> list[str]:
         info = _backend_of(trace).get("passage_ablation") or {}
