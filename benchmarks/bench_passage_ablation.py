@@ -17,6 +17,9 @@ the backend's own choice; how many per audit is recorded) or are the item's own 
 Every round runs the four variants in rotating order (load drift hits each alike); reported:
 median seconds per audit of each variant and batch size over the rounds, the ratios, and the
 model's forward passes per audit (counted, deterministic), with the load average before and after.
+The leave-one-out step itself (``LocalBackend.ablate``) is also timed inside each ``passages-4``
+audit run: ``ablation_share`` = its seconds over the whole audit's, a ratio within one run that
+load drift between the variants does not move.
 
 Usage:
     OMP_NUM_THREADS=1 python benchmarks/bench_passage_ablation.py [--n 8] [--rounds 3] [--batch 1,8]
@@ -154,6 +157,8 @@ def main() -> None:
     batches = [int(b) for b in args.batch.split(",")]
     times: dict[str, dict[str, list[float]]] = {str(b): {v: [] for v in VARIANTS} for b in batches}
     forwards: dict[str, dict[str, float]] = {str(b): {} for b in batches}
+    shares: dict[str, list[float]] = {str(b): [] for b in batches}
+    commit, dirty = _git("rev-parse", "HEAD"), bool(_git("status", "--porcelain", "--untracked-files=no"))
     ablated: dict[str, list[int]] = {}
     failed = 0
     t_start = time.time()
@@ -169,16 +174,30 @@ def main() -> None:
             return seen[-1]
 
         auditor.backend.run = recorded  # type: ignore[method-assign]
+        spent: list[float] = []  # seconds inside LocalBackend.ablate, per call
+        ablate = auditor.backend.ablate
+
+        def timed(*a: Any, ablate: Any = ablate, spent: list[float] = spent) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return ablate(*a)
+            finally:
+                spent.append(time.perf_counter() - t0)
+
+        auditor.backend.ablate = timed  # type: ignore[method-assign]
         auditor.audit(_requests(items[:1], "passages-4"))  # warm-up
         for r in range(args.rounds):
             order = VARIANTS[r % 4 :] + VARIANTS[: r % 4]
             for v in order:
                 reqs = _requests(items, v)
+                spent.clear()
                 with _counted(lm.model) as n:
                     t0 = time.perf_counter()
                     res = auditor.audit(reqs)
                     dt = time.perf_counter() - t0
                 times[str(b)][v].append(dt / len(reqs))
+                if v == "passages-4":
+                    shares[str(b)].append(sum(spent) / dt)
                 forwards[str(b)][v] = n[0] / len(reqs)
                 failed += sum(isinstance(x, AuditFailure) for x in res)
                 if v == "passages-4" and r == 0:
@@ -196,8 +215,8 @@ def main() -> None:
     }
     out = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_commit": commit,  # at the start: the code this process imported
+        "git_dirty": dirty,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": {
             "platform": platform.platform(),
@@ -215,6 +234,11 @@ def main() -> None:
         "seconds_per_audit_median": med,
         "seconds_per_audit_rounds": times,
         "ratios": ratios,
+        # seconds in LocalBackend.ablate / seconds of the whole passages-4 audit run, per round
+        "ablation_share_rounds": shares,
+        "ablation_share_median": {b: statistics.median(x) for b, x in shares.items()},
+        # the ratio passages-4 / bare-4 the share implies (1 / (1 - share)), free of between-variant drift
+        "ratio_from_share": {b: 1.0 / (1.0 - statistics.median(x)) for b, x in shares.items()},
         "forward_passes_per_audit": forwards,
         "passages_ablated_per_audit": ablated,
         "failed": failed,
@@ -225,6 +249,7 @@ def main() -> None:
     for b in med:
         print(f"batch {b}: " + ", ".join(f"{v} {med[b][v] * 1000:.0f} ms" for v in VARIANTS))
         print(f"  ratios {ratios[b]}  forwards/audit {forwards[b]}  ablated {ablated.get(b)}")
+        print(f"  ablation share of the passages-4 audit {statistics.median(shares[b]):.3f}")
     print(f"load {load}; wrote {args.out}")
 
 
