@@ -81,7 +81,9 @@ def test_in_a_three_passage_context_the_phrase_is_traced_to_the_passage_that_sta
     )
     # the answer a RAG app's model gave (this small model, generating, copies the first passage)
     answer = "The river Zorblat runs through Quenmar."
-    r = auditor.audit([AuditRequest.from_passages(passages, "Which river runs through Quenmar?", answer=answer)])[0]
+    r = auditor.audit(
+        [AuditRequest.from_passages(passages, "Which river runs through Quenmar?", answer=answer)]
+    )[0]
     assert not hasattr(r, "status"), r
     (w,) = [w for w in _words(r) if "Zorblat" in w["text"]]
     assert w["passages"] == [1] and w["passage"] == 1 and w["grounded"] == "context"

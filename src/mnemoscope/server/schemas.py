@@ -71,7 +71,7 @@ class AuditIn(BaseModel):
         min_length=1,
         max_length=1_000,
         description="the retrieved passages, in retrieval order (instead of context): the context is them "
-        "joined by a blank line (mnemoscope.features.passages.join_passages); each non-blank, none twice",
+        "joined by a blank line (mnemoscope.trace.passages.join_passages); each non-blank, none twice",
         validate_default=True,
     )
 
