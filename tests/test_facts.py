@@ -151,6 +151,8 @@ def test_topk_entropy_is_a_lower_bound_with_the_tail_as_one_outcome() -> None:
         (["unsupported"], False, 0.1, "unsupported"),
         (["memory", "unsupported"], False, 0.3, "unsupported"),
         (["unsupported"], True, 0.99, "memory"),
+        # the flag fired, but the only phrase is stated by the context and needed: split evidence
+        (["context"], True, 0.9, "undetermined"),
         (["memory"], False, 0.7, "undetermined"),
         (["memory"], False, 0.2, "undetermined"),
         ([], False, 0.5, "undetermined"),

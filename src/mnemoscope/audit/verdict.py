@@ -411,6 +411,8 @@ def decide_source_facts(
     * no answer-bearing phrase: ``undetermined`` (nothing beyond the query to attribute);
     * flagged: ``memory``; ``mixed`` when a context phrase the model needed (one it would not
       write even teacher-forced without the context) stands next to a memory or unsupported one;
+      ``undetermined`` when every phrase is such a needed context phrase (the flag and the phrases
+      disagree: a followed knowledge conflict looks so);
     * not flagged: ``context`` only when every phrase is stated by a passage and needed;
       ``mixed`` when such a phrase stands next to a memory or unsupported one; ``unsupported``
       when no phrase is stated by a passage and one is not what the model writes without the
@@ -445,9 +447,21 @@ def decide_source_facts(
             return "mixed", (
                 f"Mostly from memory (the flag fired): {other}, while {_named(needed)} comes from {where(needed)}."
             )
+        if mem:
+            return "memory", (
+                f"Answered from memory: the model writes {_named(mem)} without the context too (its closed-book "
+                "answer gives the same words)."
+            )
+        if needed:
+            # the certified flag and the phrases disagree: every phrase is stated by a passage and is
+            # not what the model writes without the context (a followed knowledge conflict looks so)
+            return "undetermined", (
+                f"Split evidence: p_memory is over the certified threshold (the memory flag fired), but the "
+                f"model would not write {_named(needed)} without the context, and {where(needed)} states it."
+            )
         return "memory", (
-            f"Answered from memory: the model writes {_named(mem or ws)} without the context too"
-            + (" (its closed-book answer gives the same words)." if mem else ".")
+            f"Answered from memory (the flag fired): {_named(ws)} is not what the context says"
+            + (f" (no passage states {_named(uns)})." if uns else ".")
         )
     if ctx and (mem or uns):
         parts = []
