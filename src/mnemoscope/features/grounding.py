@@ -171,27 +171,30 @@ def join_phrases(
     return out
 
 
-def _merge_numbers(pieces: Sequence[str], groups: list[list[int]]) -> list[list[int]]:
-    """Word groups with a number's parts joined: "3" "." "2" "%" -> "3.2%", "1" "," "000" ->
-    "1,000" (only where no blank separates them)."""
+def _merge_compounds(pieces: Sequence[str], groups: list[list[int]]) -> list[list[int]]:
+    """Word groups with the parts of one written word joined where no blank separates them: a
+    number's ("3" "." "2" "%" -> "3.2%", "1" "," "000" -> "1,000") and a hyphenated word's
+    ("Kingsley" "-" "Hughes" -> "Kingsley-Hughes")."""
     out: list[list[int]] = []
+
+    def text(g: Sequence[int]) -> str:
+        return "".join(pieces[i] for i in g)
+
     for g in groups:
-        text = "".join(pieces[i] for i in g)
-        prev = "".join(pieces[i] for i in out[-1]) if out else ""
-        joinable = bool(out) and not text[:1].isspace()
-        if joinable and text in ("%", "\u2030") and prev.strip()[-1:].isdigit():
+        t = text(g)
+        joinable = bool(out) and bool(t) and not t[:1].isspace()
+        if joinable and t in ("%", "\u2030") and text(out[-1]).strip()[-1:].isdigit():
             out[-1] = out[-1] + g
-        elif (
-            joinable
-            and text[:1].isdigit()
-            and len(out) >= 2
-            and "".join(pieces[i] for i in out[-1]) in (".", ",")
-            and "".join(pieces[i] for i in out[-2]).strip()[-1:].isdigit()
-        ):
-            sep = out.pop()
-            out[-1] = out[-1] + sep + g
-        else:
-            out.append(list(g))
+            continue
+        if joinable and len(out) >= 2 and t[:1].isalnum():
+            sep, before = text(out[-1]), text(out[-2]).strip()[-1:]
+            if (sep in (".", ",") and t[:1].isdigit() and before.isdigit()) or (
+                sep in ("-", "\u2010", "\u2011") and before.isalnum()
+            ):
+                mid = out.pop()
+                out[-1] = out[-1] + mid + g
+                continue
+        out.append(list(g))
     return out
 
 
@@ -202,11 +205,12 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
     (:data:`GENERIC_WORDS`). Only the first sentence that has a candidate counts. In it, the
     phrases that name something (a name, a number, a term split as rare, a word of a caseless
     script: :func:`~mnemoscope.features.attribution.content_word`) are the answer when there are
-    any; otherwise its lowercase candidates are ("the mitochondria", "the spleen"). Consecutive
-    candidates form one phrase ("13th century", "Leonardo da Vinci", "3.2%"). Empty when no
-    sentence has a candidate ("Yes.", "It is important.").
+    any, consecutive ones (or joined by a name particle) forming one phrase ("Leonardo da Vinci",
+    "3.2%", "Kingsley-Hughes"; the descriptor in "the Greek poet Homer" is not part of it);
+    otherwise each of its lowercase candidates is a phrase ("the mitochondria", "the spleen").
+    Empty when no sentence has a candidate ("Yes.", "It is important.").
     """
-    groups = _merge_numbers(pieces, word_groups(pieces))
+    groups = _merge_compounds(pieces, word_groups(pieces))
     texts = ["".join(pieces[i] for i in g) for g in groups]
     qterms = query_terms(query)
     cand = [wordlike(t) and not supported_by(t, qterms) and not _is_generic(t) for t in texts]
@@ -216,17 +220,13 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
         return []
     first = hit[0]
     keep = [c and s == first for c, s in zip(cand, sids, strict=True)]
-    phrases = join_phrases(groups, keep, texts)
-    named = [
-        ph
-        for ph in phrases
-        if any(
-            content_word(texts[k], qterms, len(groups[k]))
-            for k, g in enumerate(groups)
-            if g[0] in ph and keep[k]
-        )
-    ]
-    return named or phrases
+    named = [k and content_word(t, qterms, len(g)) for k, t, g in zip(keep, texts, groups, strict=True)]
+    if any(named):
+        # names and numbers, each a phrase of its own words: a descriptor next to a name is
+        # another claim ("the Greek poet Homer": "Homer"; "11 members": "11")
+        return join_phrases(groups, named, texts)
+    # no name: each lowercase word is a claim of its own ("boxing", "malted", "barley")
+    return [list(g) for g, k in zip(groups, keep, strict=True) if k]
 
 
 def states(phrase_terms: Sequence[str], passage_terms: Sequence[str]) -> bool:
