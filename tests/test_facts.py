@@ -149,7 +149,7 @@ def test_topk_entropy_is_a_lower_bound_with_the_tail_as_one_outcome() -> None:
         # a phrase no passage states is never context, whatever else holds
         (["added"], False, 0.3, "unsupported"),
         (["unsupported"], False, 0.1, "unsupported"),
-        (["memory", "unsupported"], False, 0.3, "unsupported"),
+        (["memory", "unsupported"], False, 0.3, "undetermined"),
         (["unsupported"], True, 0.99, "memory"),
         # the flag fired, but the only phrase is stated by the context and needed: split evidence
         (["context"], True, 0.9, "undetermined"),

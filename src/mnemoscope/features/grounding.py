@@ -82,6 +82,10 @@ GENERIC_WORDS = frozenset(
                 "context passage passages text document documents information question provided",
                 "given fact facts detail details term terms name word words mean means meaning",
                 "answer answers correct true indeed sure note lie lies question questions",
+                # evaluative elaboration ("a world-renowned player", "a legendary boxer")
+                "renowned legendary notable prominent popular successful talented skilled exceptional",
+                "incredible remarkable outstanding excellent prestigious iconic celebrated acclaimed",
+                "influential leading world class career",
             ]
         )
     )
@@ -112,6 +116,10 @@ PARTICLES = frozenset(
         "y",
     ]
 )
+
+
+def _is_punct_piece(piece: str) -> bool:
+    return bool(piece.strip()) and not any(ch.isalnum() for ch in piece)
 
 
 def _is_generic(text: str) -> bool:
@@ -220,7 +228,11 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
         return []
     first = hit[0]
     keep = [c and s == first for c, s in zip(cand, sids, strict=True)]
-    named = [k and content_word(t, qterms, len(g)) for k, t, g in zip(keep, texts, groups, strict=True)]
+    # a word's token count tells a rare word only for one written word, not a hyphenated compound
+    named = [
+        k and content_word(t, qterms, None if any(_is_punct_piece(pieces[i]) for i in g) else len(g))
+        for k, t, g in zip(keep, texts, groups, strict=True)
+    ]
     if any(named):
         # names and numbers, each a phrase of its own words: a descriptor next to a name is
         # another claim ("the Greek poet Homer": "Homer"; "11 members": "11")
