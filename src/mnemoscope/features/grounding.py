@@ -44,6 +44,7 @@ from mnemoscope.features.attribution import (
 )
 
 __all__ = [
+    "FACTS_PARTICLES",
     "GENERIC_WORDS",
     "PARTICLES",
     "answer_bearing",
@@ -113,9 +114,15 @@ PARTICLES = frozenset(
         "ibn",
         "al",
         "of",
+        "the",
         "y",
     ]
 )
+
+
+#: the particles of the ``facts`` selection (profiles calibrated before the grounded verdict join
+#: their phrases as they were calibrated: without "the")
+FACTS_PARTICLES = PARTICLES - {"the"}
 
 
 def _is_punct_piece(piece: str) -> bool:
@@ -155,10 +162,15 @@ def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list
 
 
 def join_phrases(
-    groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]
+    groups: Sequence[list[int]],
+    chosen: Sequence[bool],
+    texts: Sequence[str],
+    particles: frozenset[str] | None = None,
 ) -> list[list[int]]:
     """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
-    England"): consecutive chosen words, or two joined by a name particle; anything else ends it."""
+    England"): consecutive chosen words, or two joined by a name particle (``particles``, default
+    :data:`PARTICLES`); anything else ends it."""
+    parts = PARTICLES if particles is None else particles
     out: list[list[int]] = []
     cur: list[int] = []
     pending: list[int] = []
@@ -168,7 +180,7 @@ def join_phrases(
                 cur += pending
             cur = cur + list(g)
             pending = []
-        elif cur and (not t.strip() or t.strip().lower() in PARTICLES) and len(pending) < 2:
+        elif cur and (not t.strip() or t.strip().lower() in parts) and len(pending) < 2:
             pending += list(g)
         else:
             if cur:
@@ -221,8 +233,13 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
     groups = _merge_compounds(pieces, word_groups(pieces))
     texts = ["".join(pieces[i] for i in g) for g in groups]
     qterms = query_terms(query)
-    cand = [wordlike(t) and not supported_by(t, qterms) and not _is_generic(t) for t in texts]
     sids = sentence_ids(pieces, groups)
+    # a generic word capitalised inside a sentence is part of a name ("New York", "Day of the Dead")
+    inner_cap = [k > 0 and sids[k - 1] == sids[k] and t.strip()[:1].isupper() for k, t in enumerate(texts)]
+    cand = [
+        wordlike(t) and not supported_by(t, qterms) and (cap or not _is_generic(t))
+        for t, cap in zip(texts, inner_cap, strict=True)
+    ]
     hit = [s for s, c in zip(sids, cand, strict=True) if c]
     if not hit:
         return []
