@@ -287,7 +287,8 @@ def test_a_profile_without_crm_is_served(no_crm: tuple[Any, Path], tmp_path: Pat
 
 def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
     """``with_crm`` (or a CRM signal) traces the hidden states and saves crm.npz, hashed with the
-    header as before; the shipped profile (made with crm.npz) loads unchanged."""
+    header as before; the previous shipped profile (made with crm.npz, kept in
+    tests/data/previous_default_profile) loads unchanged; the shipped one carries no CRM."""
     from mnemoscope.audit.profile import DEFAULT_PROFILES
 
     assert CalibrationConfig(verdict_candidates=("repcs_z", "crm_probability")).with_crm
@@ -329,9 +330,14 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
         )
     from importlib import resources
 
+    previous = Path(__file__).parent / "data" / "previous_default_profile"
+    old = load_profile(previous)
+    assert old.crm is not None and (previous / "crm.npz").is_file() and old.pair_config().hidden
+    assert old.content_hash.startswith("7efd33085a2a")  # shipped up to cb0bdd2
+    # CRM is opt-in: the shipped default profile has none and traces no hidden states
     shipped = Path(str(resources.files(DEFAULT_PROFILES))) / "smollm2-135m-instruct"
-    old = load_profile(shipped)
-    assert old.crm is not None and (shipped / "crm.npz").is_file() and old.pair_config().hidden
+    cur = load_profile(shipped)
+    assert cur.crm is None and not (shipped / "crm.npz").exists() and not cur.pair_config().hidden
 
 
 def test_the_per_class_draw_reads_answers_not_whole_traces(
