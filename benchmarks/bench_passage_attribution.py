@@ -391,16 +391,16 @@ def run_contextcite(
 # -- scoring ----------------------------------------------------------------------------------------
 
 
-def _est(values: Sequence[float], stat: Any = np.mean, n_resamples: int = 2000) -> dict[str, Any]:
+def _est(values: Any, stat: Any = np.mean, n_resamples: int = 2000) -> dict[str, Any]:
     from mnemoscope.stats import bootstrap_ci
 
     if len(values) == 0:
         return {"estimate": None, "ci_low": None, "ci_high": None, "n": 0, "reason": "no scored item"}
     e = bootstrap_ci(np.asarray(values, dtype=float), stat, n_resamples=n_resamples, rng=0)
     return {
-        "estimate": round(e.estimate, 4),
-        "ci_low": round(e.ci_low, 4),
-        "ci_high": round(e.ci_high, 4),
+        "estimate": round(float(e.estimate or 0.0), 4),
+        "ci_low": round(float(e.ci_low or 0.0), 4),
+        "ci_high": round(float(e.ci_high or 0.0), 4),
         "n": e.n,
         "method": e.method,
         "confidence": e.confidence,

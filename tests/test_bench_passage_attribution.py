@@ -105,7 +105,7 @@ def test_gold_span_and_argmax() -> None:
 
 def test_mnemoscope_top1_reads_the_gold_phrase() -> None:
     it = {"answer": "Zorblat", "aliases": [], "passages": ["x", "y", "z"]}
-    audit = {
+    audit: dict[str, Any] = {
         "evidence": {
             "answer_words": {
                 "words": [
