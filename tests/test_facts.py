@@ -92,7 +92,7 @@ def test_a_context_name_is_context_and_an_unsupported_one_is_added() -> None:
     by = {w.text: w for w in f.words}
     assert by["Brimwater Observatory"].source == "context" and by["Brimwater Observatory"].switched
     # "Peru": not the closed-book choice, in no context, raised by less than the margin
-    assert by["Peru"].source == "added" and not by["Peru"].in_context
+    assert by["Peru"].source == "unsupported" and not by["Peru"].in_context
     src, why = decide_source_facts(f, memory_flag=False, p_memory=0.2)
     assert src == "mixed" and "Peru" in why
 
@@ -145,7 +145,12 @@ def test_topk_entropy_is_a_lower_bound_with_the_tail_as_one_outcome() -> None:
         (["context"], False, 0.1, "context"),
         (["context", "memory"], False, 0.3, "mixed"),
         (["context", "added"], False, 0.3, "mixed"),
-        (["added"], False, 0.3, "context"),
+        (["context", "unsupported"], True, 0.99, "mixed"),
+        # a phrase no passage states is never context, whatever else holds
+        (["added"], False, 0.3, "unsupported"),
+        (["unsupported"], False, 0.1, "unsupported"),
+        (["memory", "unsupported"], False, 0.3, "unsupported"),
+        (["unsupported"], True, 0.99, "memory"),
         (["memory"], False, 0.7, "undetermined"),
         (["memory"], False, 0.2, "undetermined"),
         ([], False, 0.5, "undetermined"),
@@ -168,7 +173,7 @@ def test_three_way_source_follows_the_answer_bearing_words(
             switched=s != "memory",
             cb_entropy=1.0,
             pmi=0.0,
-            in_context=s == "context",
+            in_context=s.startswith("context"),
         )
         for i, s in enumerate(sources)
     )
@@ -176,6 +181,8 @@ def test_three_way_source_follows_the_answer_bearing_words(
         AnswerFacts(words=words, fallback=False, k=20), memory_flag=flag, p_memory=p
     )
     assert src == expected and why
+    if src == "context":
+        assert all(w.in_context for w in words)
 
 
 def test_answer_facts_round_trip_and_malformed_record() -> None:

@@ -195,7 +195,13 @@ def test_render_marks_query_words_distinctly() -> None:
 
 
 def test_leaning_memory_without_flag_is_context_when_what_it_names_is_context_supported() -> None:
-    kw = {"identical_prompts": False, "p_memory": 0.8, "memory_flag": False, "query": "Who?", "context": "c"}
+    kw = {
+        "identical_prompts": False,
+        "p_memory": 0.8,
+        "memory_flag": False,
+        "query": "Who?",
+        "context": "Kiaso Kryntel did.",
+    }
     src, why = decide_source(answer="x", tokens=_words([("Kiaso", "context"), (" Kryntel", "context")]), **kw)
     assert src == "context" and "Kiaso" in why and "under the calibrated threshold" in why
     # nothing it names is context-supported: it stays undetermined (leans memory, no flag)

@@ -268,8 +268,21 @@ def test_decide_source_rules() -> None:
             spans=[_span("context")],
             answer="Zorblat",
             p_memory=0.1,
+            context="The river Zorblat.",
         )[0]
         == "context"
+    )
+    # a word the context does not state is never from the context, whatever its token source
+    assert (
+        decide_source(
+            identical_prompts=False,
+            memory_flag=False,
+            spans=[_span("context")],
+            answer="Zorblat",
+            p_memory=0.1,
+            context="The river Quen.",
+        )[0]
+        == "unsupported"
     )
     assert decide_source(identical_prompts=False, memory_flag=False, spans=[], answer="x", p_memory=0.7)[
         0
@@ -278,9 +291,10 @@ def test_decide_source_rules() -> None:
         decide_source(
             identical_prompts=False,
             memory_flag=False,
-            spans=[_span("context"), _span("memory")],
+            spans=[_span("context"), _span("memory", "Brevani")],
             answer="x",
             p_memory=0.2,
+            context="Zorblat.",
         )[0]
         == "mixed"
     )
@@ -292,6 +306,7 @@ def test_decide_source_rules() -> None:
             spans=[_span("context"), _span("memory", "written")],
             answer="x",
             p_memory=0.2,
+            context="Zorblat.",
         )[0]
         == "context"
     )

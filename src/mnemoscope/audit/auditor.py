@@ -54,7 +54,7 @@ from mnemoscope.audit.requests import (
     read_audit_inputs,
 )
 from mnemoscope.audit.results import RESULTS_FORMAT, EarlyStop, ResultsFolder, row_fields
-from mnemoscope.audit.signals import answer_pieces, measure, query_match_of, trace_signals
+from mnemoscope.audit.signals import answer_pieces, measure, query_match_of, selection_of, trace_signals
 from mnemoscope.audit.verdict import RULES, Rule, decide, decide_source, get_rule, unmeasurable_signals
 from mnemoscope.detectors.repcs import RePCS
 from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
@@ -342,6 +342,7 @@ class Auditor:
             pieces,
             margin=prof.token_margin,
             query_match=query_match_of(prof),
+            selection=selection_of(prof),
             repcs=self._repcs,
             crm=prof.crm,
             anomaly=prof.anomaly,

@@ -430,8 +430,9 @@ def _fit(
     header = {
         **extra.header,
         "repcs": tracer.repcs_record(repcs),
-        # the three-way source follows the answer-bearing words (audit.verdict.decide_source_facts)
-        "source_rule": "facts",
+        # the three-way source follows the answer-bearing phrases, each traced to the passage that
+        # states it (features.grounding; audit.verdict.decide_source_facts)
+        "source_rule": "grounded",
         "token_attribution": {
             "margin": margin,
             "quantile": c.token_margin_quantile,

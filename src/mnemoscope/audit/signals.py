@@ -27,7 +27,7 @@ from mnemoscope.features.attribution import (
     context_token_fraction,
     merge_spans,
 )
-from mnemoscope.features.facts import AnswerFacts, closed_book_agreement, fact_signals, fact_words
+from mnemoscope.features.facts import AnswerFacts, Selection, closed_book_agreement, fact_signals, fact_words
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "answer_pieces",
     "measure",
     "query_match_of",
+    "selection_of",
     "trace_signals",
 ]
 
@@ -117,6 +118,14 @@ def query_match_of(profile: Any) -> QueryMatch:
     return "normalised" if rec.get("query_match") == "normalised" else "exact"
 
 
+def selection_of(profile: Any) -> Selection:
+    """How ``profile``'s answer-bearing words are found (:data:`~mnemoscope.features.facts.Selection`):
+    ``grounded`` for a profile calibrated with the grounded verdict (``source_rule: grounded``),
+    ``facts`` for one calibrated before it (its signals are measured as it was fitted on them)."""
+    rule = (profile.header.get("source_rule") if profile is not None else None) or "words"
+    return "grounded" if rule == "grounded" else "facts"
+
+
 def measure(
     trace: PairTrace,
     pieces: Sequence[str],
@@ -127,6 +136,7 @@ def measure(
     anomaly: AnomalyRule | None = None,
     crm_probability: bool = False,
     query_match: QueryMatch = QUERY_MATCH,
+    selection: Selection = "facts",
 ) -> Measured:
     """Measure one trace (module doc).
 
@@ -165,7 +175,7 @@ def measure(
             )
         )
     z = float(repcs.z([trace])[0])
-    facts = answer_facts(trace, pieces, margin=margin)
+    facts = answer_facts(trace, pieces, margin=margin, selection=selection)
     values = {
         "repcs_z": z,
         "closed_book_logprob": float(np.mean(trace.logprob_answer_without)) if trace.n_steps else 0.0,
@@ -203,8 +213,12 @@ def measure(
     )
 
 
-def answer_facts(trace: PairTrace, pieces: Sequence[str], *, margin: float) -> AnswerFacts:
-    """The answer-bearing words of a trace's answer (:func:`~mnemoscope.features.facts.fact_words`)."""
+def answer_facts(
+    trace: PairTrace, pieces: Sequence[str], *, margin: float, selection: Selection = "facts"
+) -> AnswerFacts:
+    """The answer-bearing words of a trace's answer (:func:`~mnemoscope.features.facts.fact_words`),
+    each traced to the trace's passages (``trace.passages``; a plain context is one passage) with
+    the leave-one-passage-out log-probs the backend measured."""
     return fact_words(
         pieces=pieces,
         answer_ids=trace.answer_ids,
@@ -217,6 +231,10 @@ def answer_facts(trace: PairTrace, pieces: Sequence[str], *, margin: float) -> A
         context=trace.context,
         margin=margin,
         answer_without=trace.answer_without,
+        passages=getattr(trace, "passages", None),
+        selection=selection,
+        passage_ablated=getattr(trace, "passage_ablated", ()),
+        passage_logprobs=getattr(trace, "passage_logprobs", None),
     )
 
 
@@ -227,9 +245,12 @@ def trace_signals(
     margin: float,
     repcs: RePCS,
     profile: Any = None,
+    selection: Selection | None = None,
 ) -> tuple[dict[str, float], list[TokenAttribution]]:
     """The verdict model's signals and the token attribution of one trace (:func:`measure`;
-    with a ``profile``, ``lts_score`` from its CRM when the trace has hidden states)."""
+    with a ``profile``, ``lts_score`` from its CRM when the trace has hidden states, and the
+    answer-bearing words found as the profile was calibrated; without one, as a calibration
+    finds them now: ``grounded``)."""
     m = measure(
         trace,
         pieces,
@@ -238,5 +259,6 @@ def trace_signals(
         crm=None if profile is None else profile.crm,
         anomaly=None if profile is None else profile.anomaly,
         query_match=QUERY_MATCH if profile is None else query_match_of(profile),
+        selection=selection or ("grounded" if profile is None else selection_of(profile)),
     )
     return m.values, m.tokens

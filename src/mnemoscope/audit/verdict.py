@@ -63,7 +63,7 @@ __all__ = [
     "unmeasurable_signals",
 ]
 
-Source = Literal["context", "memory", "mixed", "undetermined"]
+Source = Literal["context", "memory", "mixed", "unsupported", "undetermined"]
 Rule = Literal["combined", "repcs", "crm-anomaly"]
 
 EMPTY_CONTEXT_NOTE = (
@@ -73,9 +73,12 @@ NO_FACT_NOTE = (
     "the answer names nothing beyond the query (no name, number or term of its own): there is no fact "
     "to attribute, so it is neither flagged nor given a source"
 )
-#: how the three-way source is decided: ``facts`` (profiles calibrated now: on the answer-bearing
-#: words, :func:`decide_source_facts`) or ``words`` (older profiles: every content word's token source)
-SOURCE_RULES = ("facts", "words")
+#: how the three-way source is decided: ``grounded`` (profiles calibrated now: on the answer-bearing
+#: phrases of :func:`mnemoscope.features.grounding.answer_bearing`, each traced to the passage that
+#: states it, :func:`decide_source_facts`), ``facts`` (profiles calibrated before it: the same label
+#: rule on content words found by surface form) or ``words`` (older profiles: every content word's
+#: token source, with the same "never context for words the context does not state")
+SOURCE_RULES = ("grounded", "facts", "words")
 CRM_LABEL = (
     "secondary: CRM's unsupervised LTS anomaly rule (appendix V.1); weak on context reliance and at "
     "chance for membership, measured in docs/audit.md and docs/crm.md"
@@ -360,6 +363,26 @@ def decide_source(
         )
     if memory_flag:
         return "memory", "Answered from memory: the model gives this answer without the context."
+    # a word no context states cannot come from it, whatever its token attribution says
+    c_terms = query_terms(context)
+    stated = [w for w in ctx if supported_by(w.text, c_terms)]
+    if not stated:
+        q_terms = query_terms(query)
+        own = [
+            w
+            for w in words
+            if w.source == "context" and content_word(w.text, q_terms, w.n_tokens or None)
+            and not supported_by(w.text, c_terms)
+        ]
+        if own:
+            return "unsupported", (
+                f"Not from the context: the context does not state {_named(own)}, and no flag says the "
+                "model wrote it from memory."
+            )
+        return "undetermined", (
+            "The answer names nothing the context states (no name, number or term of its own that the "
+            "context says): there is no evidence that it comes from the context."
+        )
     if p_memory is not None and p_memory > 0.5:
         if ctx:
             named = ", ".join(dict.fromkeys(w.text for w in ctx[:3]))
@@ -381,22 +404,23 @@ def _named(words: Sequence[Any]) -> str:
 def decide_source_facts(
     facts: AnswerFacts, *, memory_flag: bool, p_memory: float | None
 ) -> tuple[Source, str]:
-    """The three-way source on the answer-bearing words (:mod:`mnemoscope.features.facts`).
+    """The answer's source from its answer-bearing phrases (docs/audit.md, "How each label is decided").
 
-    Each answer-bearing word is ``memory`` (greedy decoding without the context writes it),
-    ``context`` (the context states it or raised it beyond the margin) or ``added`` (neither: the
-    model's own). The memory flag (the calibrated, certified decision on p_memory) and the words:
+    Each phrase has two facts, kept apart: *need* (would the model write it without the context:
+    its closed-book answer states it, or greedy decoding without the context writes it) and
+    *support* (does a passage state it). Its source (:attr:`~mnemoscope.features.facts.FactWord.grounded`)
+    is ``memory`` when not needed, else ``context`` when a passage states it, else ``unsupported``.
+    The answer's label, with the calibrated, certified memory flag:
 
-    * no answer-bearing word: ``undetermined`` (nothing beyond the query to attribute);
-    * flagged: ``memory``, or ``mixed`` when a context word the model would not write without the
-      context stands next to a memory word (the fact is from memory, the context supplied another;
-      context words it would write anyway are the context paraphrased around the fact);
-    * not flagged: ``context`` when a context word states the answer and no word came from memory or
-      from the model alone; ``mixed`` when a context word stands next to a memory word or next to a
-      word the model added that no context says ("...observatory in New Zealand"); with no context
-      word, ``context`` when no word is what the model writes without the context (the context
-      changed every fact the answer states), else ``undetermined`` (the words are the model's
-      closed-book choice, but p_memory stays under the certified threshold: the evidence is split).
+    * no answer-bearing phrase: ``undetermined`` (nothing beyond the query to attribute);
+    * flagged: ``memory``; ``mixed`` when a context phrase the model needed (one it would not
+      write even teacher-forced without the context) stands next to a memory or unsupported one;
+    * not flagged: ``context`` only when every phrase is stated by a passage and needed;
+      ``mixed`` when such a phrase stands next to a memory or unsupported one; ``unsupported``
+      when no phrase is stated by a passage and one is not what the model writes without the
+      context (never ``context``: a phrase no passage states cannot come from it);
+      ``undetermined`` when every phrase is what the model writes closed-book but the flag does
+      not fire (the evidence is split).
     """
     ws = facts.words
     if not ws:
@@ -404,37 +428,48 @@ def decide_source_facts(
             "The answer names nothing beyond the query (no name, number or term of its own): there is no "
             "fact to attribute either way."
         )
-    mem = [w for w in ws if w.source == "memory"]
-    ctx = [w for w in ws if w.source == "context"]
-    add = [w for w in ws if w.source == "added"]
+    mem = [w for w in ws if w.grounded == "memory"]
+    ctx = [w for w in ws if w.grounded == "context"]
+    uns = [w for w in ws if w.grounded == "unsupported"]
+
+    def where(words: Sequence[Any]) -> str:
+        ps = sorted({w.passage for w in words if w.passage is not None})
+        if facts.n_passages < 2 or not ps:
+            return "the context"
+        return ("passage " if len(ps) == 1 else "passages ") + ", ".join(str(p + 1) for p in ps)
+
     if memory_flag:
-        # a context phrase the model would write anyway (teacher-forced closed-book greedy) is the
-        # context paraphrased around a fact from memory, not a second source
-        switched = [w for w in ctx if not w.near_greedy]
-        if switched and mem:
+        needed = [w for w in ctx if not w.near_greedy]
+        if needed and (mem or uns):
+            other = (
+                f"the model would write {_named(mem)} without the context"
+                if mem
+                else f"no passage states {_named(uns)}"
+            )
             return "mixed", (
-                f"Mostly from memory (the flag fired): the model would write {_named(mem)} without the context, "
-                f"while {_named(switched)} comes from the context."
+                f"Mostly from memory (the flag fired): {other}, while {_named(needed)} comes from {where(needed)}."
             )
         return "memory", (
             f"Answered from memory: the model writes {_named(mem or ws)} without the context too"
-            + (" (greedy decoding without the context gives the same words)." if mem else ".")
+            + (" (its closed-book answer gives the same words)." if mem else ".")
         )
-    if ctx and mem:
-        return "mixed", (
-            f"Mixed: {_named(ctx)} comes from the context, while the model would write {_named(mem)} "
-            "without it."
-        )
-    if ctx and add:
-        return "mixed", (
-            f"Mixed: {_named(ctx)} comes from the context, but the model added {_named(add)}, which no "
-            "context says."
-        )
-    if ctx or not mem:
-        named = _named(ctx or add)
+    if ctx and (mem or uns):
+        parts = []
+        if mem:
+            parts.append(f"the model would write {_named(mem)} without it")
+        if uns:
+            parts.append(f"no passage states {_named(uns)} (the model added it)")
+        return "mixed", f"Mixed: {_named(ctx)} comes from {where(ctx)}, while " + " and ".join(parts) + "."
+    if ctx:
         return "context", (
-            f"Answered from the context: the model would not write {named} without the context"
-            + (", and the context states it." if ctx else ".")
+            f"Answered from {where(ctx)}: {where(ctx).replace('the context', 'it')} states {_named(ctx)}, "
+            "and the model would not write it without the context."
+        )
+    if uns:
+        return "unsupported", (
+            f"Not from the context: no passage states {_named(uns)}, and the model would not write it "
+            "without the context either (its own addition)"
+            + (f"; it would write {_named(mem)} closed-book." if mem else ".")
         )
     lean = p_memory is not None and p_memory > 0.5
     return "undetermined", (
@@ -496,7 +531,7 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
             p_memory = float(verdict.predict_proba({k: [v] for k, v in m.values.items()})[0])
     rv = repcs_verdict(repcs, m.trace, z=m.repcs_z)
     memory_flag = guarded(rule.flag(m, p_memory, profile), m.identical_prompts)
-    facts = m.facts if source_rule_of(profile) == "facts" else None
+    facts = m.facts if source_rule_of(profile) in ("grounded", "facts") else None
     if facts is not None and not facts.words and m.answer.strip() and not m.identical_prompts:
         memory_flag = False
         notes.append(NO_FACT_NOTE)

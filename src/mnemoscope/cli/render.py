@@ -35,11 +35,19 @@ def _answer_words_line(ev: dict[str, Any]) -> list[str]:
     if not words:
         return ["  answer-bearing words: none beyond the query"]
     agree = (ev.get("signals") or {}).get("closed_book_agreement")
+    several = int(aw.get("n_passages") or 1) > 1
     parts = []
     for w in words[:6]:
-        why = {"memory": "memory", "context": "context", "added": "added by the model"}.get(
-            w.get("source"), "?"
-        )
+        src = w.get("grounded") or {"added": "unsupported"}.get(w.get("source"), w.get("source"))
+        why = {
+            "memory": "memory",
+            "context": "context",
+            "unsupported": "unsupported: no passage states it",
+        }.get(src, "?")
+        if w.get("passage") is not None and several:
+            why += f", stated by passage {int(w['passage']) + 1}"
+            if w.get("passage_effect") is not None:
+                why += f" (without it: {-float(w['passage_effect']):+.1f} nats)"
         if w.get("in_closed_book") is not None:
             why += ", in" if w["in_closed_book"] else ", not in"
             why += " the closed-book answer"

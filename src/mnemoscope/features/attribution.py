@@ -61,6 +61,8 @@ import numpy as np
 from mnemoscope.errors import InputError
 
 __all__ = [
+    "DISCOURSE_WORDS",
+    "text_terms",
     "MIN_MARGIN",
     "QUERY_MATCH",
     "QueryMatch",
@@ -231,6 +233,8 @@ _DISCOURSE_WORDS = frozenset(
         "based",
     ]
 )
+#: words that organise an answer ("however", "according", "note"); never a fact
+DISCOURSE_WORDS = _DISCOURSE_WORDS
 _WORD_RE = re.compile(r"[\w'’-]+", re.UNICODE)
 # the terms of a word: runs of letters or digits (hyphens, apostrophes, punctuation separate them)
 _TERM_RE = re.compile(r"[^\W_]+", re.UNICODE)
@@ -304,6 +308,22 @@ def _terms(text: str) -> list[str]:
     everything that is not a letter or a digit, each term stemmed (:func:`_stem`)."""
     text = _POSSESSIVE_RE.sub("", unicodedata.normalize("NFKC", text))
     return [_stem(t.casefold()) for t in _TERM_RE.findall(text)]
+
+
+_DIGIT_GROUP_RE = re.compile(r"(?<=\d)[,\u202f\u00a0'’ ](?=\d{3}(?!\d))")
+
+
+def text_terms(text: str) -> list[str]:
+    """The normalised terms of a text in order (:func:`query_terms` keeps them as a set): NFKC,
+    casefolded, possessive dropped, stemmed, and a number's digit grouping removed ("1,000",
+    "1 000" and "1000" are one term), so that two texts that differ only in case, punctuation or a
+    number's format give the same terms.
+
+    Example:
+        >>> text_terms("George Orwell's 1,984 Novels")
+        ['georg', 'orwell', '1984', 'novel']
+    """
+    return _terms(_DIGIT_GROUP_RE.sub("", unicodedata.normalize("NFKC", text)))
 
 
 def query_terms(query: str) -> frozenset[str]:

@@ -76,12 +76,16 @@ from mnemoscope.features.attribution import (
     content_word,
     query_terms,
     supported_by,
+    text_terms,
     word_groups,
     wordlike,
 )
+from mnemoscope.features.grounding import answer_bearing, join_phrases, parting_word, states
 
 __all__ = [
     "FACT_SIGNALS",
+    "Selection",
+    "passages_to_ablate",
     "MEMORY_TOLERANCE",
     "NO_FACT_VALUES",
     "AnswerFacts",
@@ -93,37 +97,20 @@ __all__ = [
     "topk_entropy",
 ]
 
-FactSource = Literal["memory", "context", "added"]
+#: a phrase's source: ``memory`` (the model writes it without the context), ``context`` (a passage
+#: states it and the model needs the context to write it), ``unsupported`` (neither: the model's own
+#: addition). ``added`` is what rows stored before the grounded verdict call ``unsupported``.
+FactSource = Literal["memory", "context", "unsupported", "added"]
+#: how answer-bearing words are found: ``facts`` (profiles calibrated before the grounded verdict:
+#: content words by surface form, decided at the first token) or ``grounded``
+#: (:func:`mnemoscope.features.grounding.answer_bearing`, decided where the phrase parts from the
+#: context)
+Selection = Literal["facts", "grounded"]
 
 #: a phrase is from memory when greedy decoding without the context writes it or a near-tie of it:
 #: its closed-book log-ratio to the greedy choice is at least -log 2 (at least half as likely as the
 #: model's own first choice; a strict top-1 test calls "Leonardo" at p 0.30 vs 0.34 not memory)
 MEMORY_TOLERANCE = math.log(2.0)
-# lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
-_PARTICLES = frozenset(
-    [
-        "da",
-        "de",
-        "del",
-        "della",
-        "di",
-        "do",
-        "dos",
-        "du",
-        "van",
-        "von",
-        "der",
-        "den",
-        "la",
-        "le",
-        "bin",
-        "ibn",
-        "al",
-        "of",
-        "y",
-    ]
-)
-
 #: the verdict's candidate signals measured on the answer-bearing words (:func:`fact_signals`)
 FACT_SIGNALS = ("fact_cb_logratio", "fact_cb_rank", "fact_switched", "fact_cb_entropy", "fact_pmi")
 #: the values of an answer with no answer-bearing word (never flagged, whatever they give)
@@ -155,9 +142,44 @@ class FactWord:
     in_context: bool
     #: whether the model's own closed-book greedy answer states it (``None``: not generated)
     in_closed_book: bool | None = None
+    #: the passages that state it (indices into the audit's passages; a plain context is passage 0)
+    passages: tuple[int, ...] = ()
+    #: the passage it is traced to: the stating passage whose removal lowers the model's belief in
+    #: it most (leave-one-passage-out), the first stating one when that was not measured
+    passage: int | None = None
+    #: sum over the phrase's tokens of log p(y | c, q) - log p(y | c without ``passage``, q):
+    #: how much the model's belief in the phrase rests on that passage (``None``: not measured)
+    passage_effect: float | None = None
+    #: the phrase's answer tokens ``[first, last + 1)`` and the token it is decided at
+    token_start: int | None = None
+    token_end: int | None = None
+    decided_at: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["passages"] = list(self.passages)
+        d["grounded"] = self.grounded
+        d["passage_needed"] = self.passage_needed
+        return d
+
+    @property
+    def grounded(self) -> Literal["memory", "context", "unsupported"]:
+        """The phrase's source from its two facts, *need* and *support* (docs/audit.md): ``memory``
+        when the model writes it without the context (whether or not a passage states it), else
+        ``context`` when a passage states it, else ``unsupported``. Never ``context`` for a phrase
+        no passage states (rows stored before support was recorded per passage use
+        ``in_context``)."""
+        if self.source == "memory":
+            return "memory"
+        return "context" if self.in_context else "unsupported"
+
+    @property
+    def passage_needed(self) -> bool | None:
+        """Whether removing its passage lowers the model's belief in it by more than half
+        (``passage_effect > log 2``; ``None``: not measured or not stated)."""
+        if self.passage_effect is None:
+            return None
+        return bool(self.passage_effect > MEMORY_TOLERANCE)
 
     @property
     def near_greedy(self) -> bool:
@@ -174,9 +196,19 @@ class AnswerFacts:
     words: tuple[FactWord, ...]
     fallback: bool
     k: int
+    #: how many passages the context had (0: empty context; 1: a plain context)
+    n_passages: int = 1
+    #: how the words were found (:data:`Selection`)
+    selection: str = "facts"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"words": [w.to_dict() for w in self.words], "fallback": self.fallback, "k": self.k}
+        return {
+            "words": [w.to_dict() for w in self.words],
+            "fallback": self.fallback,
+            "k": self.k,
+            "n_passages": self.n_passages,
+            "selection": self.selection,
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> AnswerFacts:
@@ -186,35 +218,25 @@ class AnswerFacts:
             InputError: a malformed record (naming the field).
         """
         try:
-            words = tuple(FactWord(**w) for w in d["words"])
-            return cls(words=words, fallback=bool(d.get("fallback", False)), k=int(d.get("k", 0)))
+            names = set(FactWord.__dataclass_fields__)
+            words = tuple(
+                FactWord(
+                    **{
+                        **{k: v for k, v in w.items() if k in names},
+                        "passages": tuple(int(j) for j in w.get("passages") or ()),
+                    }
+                )
+                for w in d["words"]
+            )
+            return cls(
+                words=words,
+                fallback=bool(d.get("fallback", False)),
+                k=int(d.get("k", 0)),
+                n_passages=int(d.get("n_passages", 1)),
+                selection=str(d.get("selection", "facts")),
+            )
         except (KeyError, TypeError) as e:
             raise InputError(f"answer-bearing words record is malformed ({e})", field="facts") from e
-
-
-def _phrases(groups: list[list[int]], is_content: list[bool], texts: list[str]) -> list[list[int]]:
-    """Runs of content words joined into one answer-bearing phrase ("Leonardo da Vinci", "New
-    Zealand", "Bank of England"): consecutive content words, or two content words joined by a name
-    particle; anything else (punctuation, another word) ends the phrase. Each phrase is the token
-    indices of its words, blanks between them included."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    pending: list[int] = []  # a particle (or blank) waiting for the next content word
-    for g, c, t in zip(groups, is_content, texts, strict=True):
-        if c:
-            if cur:
-                cur += pending
-            cur = cur + g
-            pending = []
-        elif cur and (not t.strip() or t.strip().lower() in _PARTICLES) and len(pending) < 2:
-            pending += g
-        else:
-            if cur:
-                out.append(cur)
-            cur, pending = [], []
-    if cur:
-        out.append(cur)
-    return out
 
 
 def closed_book_agreement(facts: AnswerFacts) -> float | None:
@@ -266,6 +288,10 @@ def fact_words(
     context: str,
     margin: float,
     answer_without: str | None = None,
+    passages: Sequence[str] | None = None,
+    selection: Selection = "facts",
+    passage_ablated: Sequence[int] = (),
+    passage_logprobs: np.ndarray | None = None,
 ) -> AnswerFacts:
     """The answer-bearing words of one answer with their counterfactual numbers (module doc).
 
@@ -277,10 +303,17 @@ def fact_words(
             whether the context switched the greedy word).
         topk_ids_without, topk_logprobs_without: ``[step k]`` the closed-book top-k at each step,
             most likely first.
-        query, context: the inputs (query words are never answer-bearing; the context decides
-            ``context`` vs ``added``).
-        margin: the profile's token margin (a word the context raised beyond it is ``context``).
+        query, context: the inputs (query words are never answer-bearing).
+        margin: the profile's token margin (``selection="facts"``: a word the context raised
+            beyond it was ``context``; kept for the signals).
         answer_without: the model's closed-book greedy answer, when the audit generated one.
+        passages: the context's passages (``None``: the context is one passage; an empty context
+            has none). A phrase is supported when a passage states it
+            (:func:`~mnemoscope.features.grounding.stating_passages`).
+        selection: how answer-bearing words are found (:data:`Selection`).
+        passage_ablated, passage_logprobs: the passages scored left out and ``[len(ablated) step]``
+            log p(y_t | context without that passage, q) (leave-one-passage-out); with one passage,
+            leaving it out is the no-context path.
 
     Raises:
         InputError: arrays whose shapes do not match the pieces (naming the field).
@@ -306,20 +339,33 @@ def fact_words(
         if len(shape) != 2 or shape[0] != n or shape[1] < 1:
             raise InputError(f"{name} has shape {shape}, expected ({n}, k)", field=name)
         k = shape[1]
+    ablated = [int(j) for j in passage_ablated]
+    loo = None
+    if passage_logprobs is not None and ablated:
+        loo = np.asarray(passage_logprobs, dtype=np.float64)
+        if loo.shape != (len(ablated), n):
+            raise InputError(
+                f"passage_logprobs has shape {loo.shape}, expected ({len(ablated)}, {n})", field="passage_logprobs"
+            )
     lw, lwo = cols["logp_with"], cols["logp_without"]
     iw, iwo, lpwo = tops["topk_ids_with"], tops["topk_ids_without"], tops["topk_logprobs_without"]
     qterms = query_terms(query)
-    cterms = query_terms(context)
-    bterms = None if answer_without is None else query_terms(answer_without)
+    if passages is None:
+        passages = [context] if context.strip() else []
+    pterms = [text_terms(p) for p in passages]
+    bterms = None if answer_without is None else text_terms(answer_without)
     groups = word_groups(pieces)
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(int)
 
     def text_of(g: list[int]) -> str:
         return "".join(pieces[i] for i in g)
 
-    is_content = [content_word(text_of(g), qterms, len(g)) for g in groups]
-    chosen = _phrases(groups, is_content, [text_of(g) for g in groups])
     fallback = False
+    if selection == "grounded":
+        chosen = answer_bearing(pieces, query)
+    else:
+        is_content = [content_word(text_of(g), qterms, len(g)) for g in groups]
+        chosen = join_phrases(groups, is_content, [text_of(g) for g in groups])
     if not chosen:
         chosen = [g for g in groups if wordlike(text_of(g)) and not supported_by(text_of(g), qterms)]
         fallback = bool(chosen)
@@ -336,19 +382,38 @@ def fact_words(
         seen.add(key)
         lead = len(raw) - len(raw.lstrip())
         start = int(offsets[g[0]]) + lead
-        # the phrase is decided where the model commits to it: its first content token (the rest
-        # of "Leonardo da Vinci" or "Brimwater Observatory" follows from the prefix on both paths)
+        stated = tuple(j for j, pt in enumerate(pterms) if states(text_terms(text), pt))
         first = next((i for i in g if pieces[i].strip()), g[0])
+        if selection == "grounded":
+            # decided where the phrase parts from the context ("George Orwell" against "George
+            # Tolkien": at "Orwell"); a phrase a passage states, at its first token
+            sub = [[i for i in w if i in set(g)] for w in word_groups([pieces[i] for i in g])]
+            sub_idx = [[g[i] for i in w] for w in sub]
+            part = parting_word(["".join(pieces[i] for i in w) for w in sub_idx], pterms)
+            if part > 0:
+                first = next((i for i in sub_idx[part] if pieces[i].strip()), sub_idx[part][0])
         hit = np.flatnonzero(iwo[first] == ids[first])
         rank, bounded = (int(hit[0]) + 1, False) if len(hit) else (k + 1, True)
         greedy = bool(all(iwo[i, 0] == ids[i] for i in g))
         switched = bool(any(iwo[i, 0] != ids[i] and iw[i, 0] == ids[i] for i in g))
         logratio = float(sum(min(0.0, lwo[i] - lpwo[i, 0]) for i in g))
         pmi = float(sum(lw[i] - lwo[i] for i in g))
-        in_ctx = supported_by(text, cterms)
-        in_cb = None if bterms is None else supported_by(text, bterms)
+        in_ctx = bool(stated)
+        if selection == "grounded":
+            in_cb = None if bterms is None else states(text_terms(text), bterms)
+        else:  # as these profiles' closed_book_agreement signal was calibrated
+            in_cb = None if bterms is None else supported_by(text, query_terms(answer_without or ""))
         memory = logratio >= -MEMORY_TOLERANCE if in_cb is None else in_cb
-        src: FactSource = "memory" if memory else ("context" if in_ctx or pmi > margin else "added")
+        src: FactSource = "memory" if memory else ("context" if in_ctx else "unsupported")
+        # leave-one-passage-out: the effect of each stating passage on the phrase's tokens
+        effects: dict[int, float] = {}
+        for j in stated:
+            if len(pterms) == 1:
+                effects[j] = pmi  # leaving out the only passage is the no-context path
+            elif loo is not None and j in ablated:
+                row = loo[ablated.index(j)]
+                effects[j] = float(sum(lw[i] - row[i] for i in g))
+        passage = max(effects, key=lambda j: effects[j]) if effects else (stated[0] if stated else None)
         words.append(
             FactWord(
                 text=text,
@@ -365,9 +430,32 @@ def fact_words(
                 pmi=pmi,
                 in_context=bool(in_ctx),
                 in_closed_book=in_cb,
+                passages=stated,
+                passage=passage,
+                passage_effect=None if passage is None else effects.get(passage),
+                token_start=int(g[0]),
+                token_end=int(g[-1]) + 1,
+                decided_at=int(first),
             )
         )
-    return AnswerFacts(words=tuple(words), fallback=fallback, k=int(k))
+    return AnswerFacts(
+        words=tuple(words), fallback=fallback, k=int(k), n_passages=len(pterms), selection=selection
+    )
+
+
+def passages_to_ablate(facts: AnswerFacts) -> list[int]:
+    """The passages to score left out (leave-one-passage-out): those that state an answer-bearing
+    phrase, when the context has two or more (with one, leaving it out is the no-context path,
+    already traced).
+
+    Example:
+        >>> w = FactWord("Paris", 0, 5, 1, "context", 3, False, -2.0, False, True, 2.0, 3.0, True, False, (2,))
+        >>> passages_to_ablate(AnswerFacts((w,), False, 20, n_passages=4))
+        [2]
+    """
+    if facts.n_passages < 2:
+        return []
+    return sorted({j for w in facts.words for j in w.passages})
 
 
 def fact_signals(facts: AnswerFacts) -> dict[str, float]:

@@ -1,0 +1,206 @@
+"""Text-side grounding of an answer: which words answer the query, and which passage states them.
+
+Two pure questions, no model call (the counterfactual side, *would the model write it without
+the context*, is :mod:`mnemoscope.features.facts`):
+
+* **which words answer the query** (:func:`answer_bearing`): the answer's content words that the
+  query does not contain, in the sentence that answers it. Found by what they are, not by
+  capitalisation: a lowercase term ("mitochondria", "pancreas"), a number with its unit ("20 km"),
+  a multi-word name ("Leonardo da Vinci"). Generic elaboration ("plays a crucial role", "is known
+  for", "it is important") answers nothing: :data:`GENERIC_WORDS` leaves it out, and so does
+  everything after the first sentence that carries an answer-bearing word (a small model's long
+  answer states the answer first, then elaborates);
+* **which passage states a phrase** (:func:`stating_passages`): a passage states a phrase when the
+  phrase's terms appear in it as one contiguous run, after normalisation (case, punctuation,
+  possessive, inflection, a number's digit grouping: :func:`~mnemoscope.features.attribution.text_terms`).
+  "George Orwell" is not stated by a passage that names "George Tolkien" and elsewhere an
+  "Orwell Street": support is decided over the whole phrase, so a name is decided where it
+  parts from the passage (:func:`parting_word`).
+
+Example:
+    >>> pieces = [" The", " spleen", " plays", " a", " crucial", " role", " in", " producing",
+    ...           " insulin", ".", " It", " filters", " blood", "."]
+    >>> groups = answer_bearing(pieces, "Which organ makes insulin?")
+    >>> ["".join(pieces[i] for i in g).strip() for g in groups]
+    ['spleen']
+    >>> stating_passages("George Orwell", ["George Tolkien wrote it.", "Orwell Street is long."])
+    ()
+    >>> stating_passages("Orwell", ["George Tolkien wrote it.", "George Orwell wrote 1984."])
+    (1,)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mnemoscope.features.attribution import (
+    DISCOURSE_WORDS,
+    query_terms,
+    supported_by,
+    text_terms,
+    word_groups,
+    wordlike,
+)
+
+__all__ = [
+    "GENERIC_WORDS",
+    "PARTICLES",
+    "answer_bearing",
+    "join_phrases",
+    "parting_word",
+    "sentence_ids",
+    "stating_passages",
+    "states",
+]
+
+#: Words of generic elaboration: they say how the answer relates to the query ("plays a crucial
+#: role", "is known for", "located in", "according to the passage"), not what it is. Compared after
+#: the same normalisation as every term (so "plays", "played", "playing" are one entry).
+GENERIC_WORDS = frozenset(
+    text_terms(
+        " ".join(
+            [
+                # verbs of being, having, relating, saying
+                "play plays role roles serve serves act acts function functions involve involves",
+                "include includes including contain contains consist consists comprise comprises",
+                "become became remain remains seem seems appear appears exist exists occur occurs",
+                "make makes made produce produces producing produced create creates created",
+                "help helps helped provide provides provided allow allows allowed enable enables",
+                "use uses used using refer refers referred known call called named considered",
+                "regarded described located situated found lies based according mentioned stated",
+                "said says say tell tells told write writes wrote written show shows shown",
+                "give gives given take takes taken get gets got keep keeps hold holds held",
+                "responsible essential important crucial vital key significant major main primary",
+                "central critical fundamental famous well widely commonly generally typically usually",
+                "often frequently mostly mainly largely particularly especially specifically actually",
+                "really simply clearly likely possibly probably approximately about around nearly",
+                "many much several various different certain other others another number lot lots",
+                "new old great good best better large small big high low long short whole entire",
+                "part parts type types kind kinds form forms way ways thing things something",
+                "example examples instance process processes system systems field fields area",
+                "context passage passages text document documents information question provided",
+                "given fact facts detail details term terms name word words mean means meaning",
+                "answer answers correct true indeed sure note",
+            ]
+        )
+    )
+)
+
+
+#: lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
+PARTICLES = frozenset(
+    "da de del della di do dos du van von der den la le bin ibn al of y".split()
+)
+
+
+def _is_generic(text: str) -> bool:
+    ts = text_terms(text)
+    return bool(ts) and all(t in GENERIC_WORDS or t in DISCOURSE_WORDS for t in ts)
+
+
+def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list[int]:
+    r"""The sentence of each word group: a new sentence starts at a word after ``.``, ``!`` or ``?``
+    when a blank stands between them, and at a line break ("3.5" and "U.S." stay one sentence).
+
+    Example:
+        >>> p = [" Paris", ".", " It", " is", " 3", ".", "5", " km", "\n", "Yes"]
+        >>> sentence_ids(p, word_groups(p))
+        [0, 0, 1, 1, 1, 1, 1, 1, 2, 2]
+    """
+    out: list[int] = []
+    sid = 0
+    ended = False  # the previous word ended a sentence
+    for k, g in enumerate(groups):
+        text = "".join(pieces[i] for i in g)
+        lead = text[: len(text) - len(text.lstrip())]
+        if k and (("\n" in lead) or (ended and (lead or not text.strip()))):
+            sid += 1
+            ended = False
+        out.append(sid)
+        core = text.strip()
+        if core:
+            ended = core.endswith((".", "!", "?", "\u3002", "\uff01", "\uff1f"))
+        if "\n" in text[len(text.rstrip()) :] or (not core and "\n" in text):
+            ended = True
+    return out
+
+
+def join_phrases(groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]) -> list[list[int]]:
+    """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
+    England"): consecutive chosen words, or two joined by a name particle; anything else ends it."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    pending: list[int] = []
+    for g, c, t in zip(groups, chosen, texts, strict=True):
+        if c:
+            if cur:
+                cur += pending
+            cur = cur + list(g)
+            pending = []
+        elif cur and (not t.strip() or t.strip().lower() in PARTICLES) and len(pending) < 2:
+            pending += list(g)
+        else:
+            if cur:
+                out.append(cur)
+            cur, pending = [], []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
+    """The answer-bearing phrases of an answer, as token indices (module doc): its words that are
+    not the query's, not function or generic words, in the first sentence that has one, joined
+    into phrases. Empty when no sentence has such a word ("Yes.", "It is important.")."""
+    groups = word_groups(pieces)
+    texts = ["".join(pieces[i] for i in g) for g in groups]
+    qterms = query_terms(query)
+    cand = [wordlike(t) and not supported_by(t, qterms) and not _is_generic(t) for t in texts]
+    sids = sentence_ids(pieces, groups)
+    hit = [s for s, c in zip(sids, cand, strict=True) if c]
+    if not hit:
+        return []
+    first = hit[0]
+    keep = [c and s == first for c, s in zip(cand, sids, strict=True)]
+    return join_phrases(groups, keep, texts)
+
+
+def states(phrase_terms: Sequence[str], passage_terms: Sequence[str]) -> bool:
+    """Whether ``phrase_terms`` occur in ``passage_terms`` as one contiguous run."""
+    n = len(phrase_terms)
+    if n == 0:
+        return False
+    first = phrase_terms[0]
+    for i, t in enumerate(passage_terms):
+        if t == first and list(passage_terms[i : i + n]) == list(phrase_terms):
+            return True
+    return False
+
+
+def stating_passages(phrase: str, passages: Sequence[str] | Sequence[Sequence[str]]) -> tuple[int, ...]:
+    """Indices of the passages that state ``phrase`` (module doc). ``passages`` are texts, or their
+    :func:`~mnemoscope.features.attribution.text_terms` already computed."""
+    pt = text_terms(phrase)
+    out = []
+    for j, p in enumerate(passages):
+        terms = text_terms(p) if isinstance(p, str) else p
+        if states(pt, terms):
+            out.append(j)
+    return tuple(out)
+
+
+def parting_word(words: Sequence[str], passages_terms: Sequence[Sequence[str]]) -> int:
+    """Where a phrase parts from the context: the index of its first word such that no passage
+    states the phrase up to it (:func:`states`), or ``-1`` when a passage states the whole phrase.
+    "George Orwell" against "George Tolkien" parts at 1 ("Orwell").
+
+    Example:
+        >>> parting_word(["George", " Orwell"], [text_terms("George Tolkien wrote it.")])
+        1
+    """
+    acc: list[str] = []
+    for i, w in enumerate(words):
+        acc = acc + text_terms(w)
+        if acc and not any(states(acc, p) for p in passages_terms):
+            return i
+    return -1
