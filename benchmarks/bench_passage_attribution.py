@@ -162,21 +162,25 @@ def _as_index(v: Any, n: int) -> int | None:
 
 
 def _best_of(entries: Any, n: int) -> int | None:
-    """The top passage of a ``passages`` list: ints in rank order, or records with a score."""
+    """The one passage a ``passages`` list names: scored records -> the top score; a plain list of
+    indices (the passages that state a phrase, unranked) only when it holds one."""
     if not isinstance(entries, list) or not entries:
         return None
     if all(isinstance(e, dict) for e in entries):
-        for key in ("score", "drop", "support", "weight"):
+        for key in ("score", "effect", "drop", "support", "weight"):
             scored = [(e.get(key), e) for e in entries if isinstance(e.get(key), (int, float))]
             if scored:
                 return _as_index(max(scored, key=lambda s: s[0])[1], n)
-    return _as_index(entries[0], n)
+    return _as_index(entries[0], n) if len(entries) == 1 else None
 
 
 def mnemoscope_top1(audit: dict[str, Any], answer: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The passage the audit names for the answer-bearing phrase stating the gold answer: the first
-    phrase whose text states it (``answer_matches``), else the phrases overlapping the gold answer's
-    span in the answer; else the answer-level passage when the audit reports one."""
+    """The passage the audit names for the answer-bearing phrase stating the gold answer
+    (``words[i].passage``: the stating passage whose removal lowers the model's belief in the phrase
+    most, or the only one stating it): the first phrase whose text states the gold answer
+    (``answer_matches``), else the phrases overlapping the gold answer's span in the answer; else
+    the answer-level passage when the audit reports one. Also what stood behind it: the passages
+    that state the phrase and the leave-one-out effect of the named one."""
     from mnemoscope.bench.reliance import answer_matches
 
     n = len(item["passages"])
@@ -190,24 +194,29 @@ def mnemoscope_top1(audit: dict[str, Any], answer: str, item: dict[str, Any]) ->
         if span is not None:
             chosen = [w for w in words if w.get("start", 0) < span[1] and span[0] < w.get("end", 0)]
             how = "overlap"
+
+    def info(w: dict[str, Any] | None) -> dict[str, Any]:
+        if w is None:
+            return {"phrase": None, "stating": None, "passage_effect": None}
+        return {
+            "phrase": w.get("text"),
+            "stating": w.get("passages"),
+            "passage_effect": w.get("passage_effect"),
+        }
+
     for w in chosen:
         p = _as_index(w.get("passage"), n)
         if p is None:
             p = _best_of(w.get("passages"), n)
         if p is not None:
-            return {"top1": p, "how": how, "phrase": w.get("text"), "passages": w.get("passages")}
+            return {"top1": p, "how": how, **info(w)}
     for src in (aw, ev):
         p = _as_index(src.get("passage"), n)
         if p is None:
             p = _best_of(src.get("passages"), n)
         if p is not None:
-            return {"top1": p, "how": "answer", "phrase": None, "passages": src.get("passages")}
-    return {
-        "top1": None,
-        "how": "none",
-        "phrase": chosen[0].get("text") if chosen else None,
-        "passages": chosen[0].get("passages") if chosen else None,
-    }
+            return {"top1": p, "how": "answer", **info(None)}
+    return {"top1": None, "how": "none", **info(chosen[0] if chosen else None)}
 
 
 def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
@@ -467,7 +476,27 @@ def summarise(rows: Sequence[dict[str, Any]], n_resamples: int = 2000) -> dict[s
             "agree": sum(bool(r.get("answers_agree")) for r in with_cc),
             "differ_ids": [r["id"] for r in with_cc if not r.get("answers_agree")],
         }
+    out["by_gold_text"] = by_gold_text(done, n_resamples)
     out["cost"] = cost_summary(done, with_cc, n_resamples)
+    return out
+
+
+def by_gold_text(done: Sequence[dict[str, Any]], n_resamples: int) -> dict[str, Any]:
+    """Top-1 accuracy split by how many passages hold the gold answer as text: in one passage only
+    (matching the answer's words to the passages finds it) or in several (then the gold passage must
+    be told apart by how the model used it)."""
+    out: dict[str, Any] = {}
+    for name, keep in (
+        ("gold_text_in_one_passage", lambda k: k <= 1),
+        ("gold_text_in_several", lambda k: k > 1),
+    ):
+        part = [r for r in done if keep(len(r.get("gold_in_passages") or []))]
+        block: dict[str, Any] = {"n_items": len(part)}
+        for m in ("mnemoscope", "contextcite"):
+            scored = [r for r in part if (r.get(m) or {}).get("matches")]
+            if any(r.get(m) is not None for r in part):
+                block[m] = _est([_correct(r[m], r["gold_passage"]) for r in scored], n_resamples=n_resamples)
+        out[name] = block
     return out
 
 
@@ -622,6 +651,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "gold_passage": it["gold_passage"],
                 "n_passages": len(it["passages"]),
                 "answer": it["answer"],
+                # the passages that hold the gold answer as text (a split independent of either method)
+                "gold_in_passages": [j for j, p in enumerate(it["passages"]) if gold_span(p, it) is not None],
                 "order": "mnemoscope-first" if k % 2 == 0 else "contextcite-first",
                 "load1": round(os.getloadavg()[0], 2),
             }

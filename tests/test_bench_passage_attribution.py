@@ -109,23 +109,30 @@ def test_mnemoscope_top1_reads_the_gold_phrase() -> None:
         "evidence": {
             "answer_words": {
                 "words": [
-                    {"text": "Tessin", "start": 30, "end": 36, "passage": 2},
-                    {"text": "Zorblat", "start": 10, "end": 17, "passage": 1},
+                    {"text": "Tessin", "start": 30, "end": 36, "passages": [2], "passage": 2},
+                    {
+                        "text": "Zorblat",
+                        "start": 10,
+                        "end": 17,
+                        "passages": [0, 1],
+                        "passage": 1,
+                        "passage_effect": 3.5,
+                    },
                 ]
             }
         }
     }
     got = bpa.mnemoscope_top1(audit, "It is the Zorblat, not the Tessin.", it)
-    assert got["top1"] == 1 and got["how"] == "phrase"
-    audit["evidence"]["answer_words"]["words"][1]["passage"] = None
+    assert got == {"top1": 1, "how": "phrase", "phrase": "Zorblat", "stating": [0, 1], "passage_effect": 3.5}
+    zor = audit["evidence"]["answer_words"]["words"][1]
+    zor["passage"] = None  # two stating passages and none singled out: no passage named
     assert bpa.mnemoscope_top1(audit, "It is the Zorblat.", it)["top1"] is None
-    audit["evidence"]["passage"] = 0  # the answer-level passage when no phrase names one
-    assert bpa.mnemoscope_top1(audit, "It is the Zorblat.", it) == {
-        "top1": 0,
-        "how": "answer",
-        "phrase": None,
-        "passages": None,
-    }
+    zor["passages"] = [0]  # one stating passage: that one
+    assert bpa.mnemoscope_top1(audit, "It is the Zorblat.", it)["top1"] == 0
+    zor["passages"] = []
+    audit["evidence"]["passage"] = 2  # the answer-level passage when no phrase names one
+    got = bpa.mnemoscope_top1(audit, "It is the Zorblat.", it)
+    assert got["top1"] == 2 and got["how"] == "answer"
 
 
 def _row(
