@@ -49,6 +49,7 @@ import re
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,13 @@ def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
     if isinstance(res, AuditFailure):
         return {"seconds": seconds, "failed": res.to_dict(), "answer": None, "matches": False, "top1": None}
     d = res.to_dict()
-    pick = mnemoscope_top1(d, d["answer"], item)
+    aw = (d.get("evidence") or {}).get("answer_words") or {}
+    if aw.get("n_passages", len(item["passages"])) != len(item["passages"]):
+        # the audit saw the context as another number of passages (one, before AuditRequest.passages):
+        # its passage indices do not index the item's passages
+        pick = {"top1": None, "how": f"audit saw {aw.get('n_passages')} passage(s)"}
+    else:
+        pick = mnemoscope_top1(d, d["answer"], item)
     return {
         "seconds": seconds,
         "answer": d["answer"],
@@ -434,10 +441,7 @@ def summarise(rows: Sequence[dict[str, Any]], n_resamples: int = 2000) -> dict[s
             [_correct(r["mnemoscope"], r["gold_passage"]) for r in mn_scored], n_resamples=n_resamples
         ),
         "chance": _est([1.0 / r["n_passages"] for r in mn_scored], n_resamples=n_resamples)["estimate"],
-        "how": {
-            h: sum(r["mnemoscope"].get("how") == h for r in mn_scored)
-            for h in ("phrase", "overlap", "answer", "none")
-        },
+        "how": dict(Counter(str(r["mnemoscope"].get("how")) for r in mn_scored)),
     }
     if with_cc:
         cc_scored = [r for r in with_cc if r["contextcite"].get("matches")]
