@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/calibration_results.py record NAME RUN_DIR   # RUN_DIR/profile + run_*.json
     python benchmarks/calibration_results.py table                 # the docs/calibrate.md rows
+    python benchmarks/calibration_results.py revalidate            # re-decide every card from its rows
 
 ``record`` copies what the run measured (nothing is re-measured): the profile's
 ``validation.json`` (the card, computed by ``mnemoscope calibrate`` from ``held_out.jsonl``), its
@@ -12,6 +13,12 @@ the card as text, and the run record written by the wrapper that timed the comma
 wall seconds, load average and python jobs at start and end, git commit; and, when the first run
 of the command traced every record but failed before its card, that run's record as
 ``trace_run``: the resumed run fits on its traces). Traces stay in RUN_DIR.
+
+``revalidate`` recomputes each committed card's held-out figures from its own ``held_out.jsonl``
+under the current source decision (``mnemoscope.audit.validation.validation_from_rows``: the
+three-way source is re-decided, p_memory and the memory flag are the stored ones, so AUC, false
+flags and recall cannot change) and records which figures changed, with the command and commit,
+under ``revalidated`` in the card. Nothing is re-measured on a model.
 
 ``table`` prints one Markdown row per recorded model (targets: held-out AUC >= 0.95, false-flag
 rate within sampling of alpha, memory recall >= 0.85, three-way source right >= 0.85).
@@ -130,7 +137,45 @@ def table() -> str:
     return "\n".join([head, *rows])
 
 
+def revalidate() -> list[str]:
+    """Re-decide every committed card from its held-out rows (module doc); the changed cards' names."""
+    from mnemoscope.audit.validation import read_held_out, validation_from_rows
+    from mnemoscope.provenance import provenance
+
+    changed = []
+    for card_path in sorted(RESULTS.glob("*/card.json")):
+        rows_path = card_path.parent / "held_out.jsonl"
+        if not rows_path.is_file():
+            continue
+        card = json.loads(card_path.read_text())
+        val = card["validation"]
+        fresh = validation_from_rows(read_held_out(rows_path), alpha=val["alpha"])
+        diff = {k: {"before": val[k], "after": fresh[k]} for k in fresh if k in val and fresh[k] != val[k]}
+        if not diff:
+            continue
+        for k in diff:
+            val[k] = fresh[k]
+        prov = provenance()
+        card.setdefault("revalidated", []).append(
+            {
+                "command": prov.get("command"),
+                "git_commit": prov.get("git_commit"),
+                "created": prov.get("created"),
+                "why": "the source decision changed (the grounded verdict: a phrase no passage states is "
+                "never context); p_memory and the memory flag are the stored ones",
+                "changed": diff,
+            }
+        )
+        card_path.write_text(json.dumps(card, indent=1, default=str) + "\n")
+        changed.append(card_path.parent.name)
+    return changed
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["revalidate"]:
+        for name in revalidate():
+            print(name)
+        return 0
     if argv[:1] == ["record"] and len(argv) == 3:
         print(record(argv[1], Path(argv[2])))
         return 0

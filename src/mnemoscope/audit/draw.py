@@ -8,8 +8,11 @@ model: a 135M model answers few well-known facts closed-book, an 8B model answer
 ``max_traced`` records have been traced:
 
 * the records are split into queues by what they can yield: ``memory`` (label 1), ``clean``
-  (label 0) and ``conflict`` (a knowledge-conflict item, labelled by the answer the model gives:
-  either class). Unlabelled records are never drawn (a class target needs labels);
+  (label 0), ``conflict`` (a knowledge-conflict item, labelled by the answer the model gives:
+  either class) and ``real`` (``kind: "real"``, a real passage and question such as SQuAD's,
+  :mod:`mnemoscope.bench.public_data`: no label of its own, labelled by the model's closed-book
+  and open-book answers, :mod:`mnemoscope.bench.label_check`: either class too). Other
+  unlabelled records are never drawn (a class target needs labels);
 * each queue is ordered by the record's ``difficulty`` (ascending; records without one after
   those with one) and, within a difficulty, in a seeded random order. Easier facts first is what
   makes the draw cheap on a small model; a large model verifies the hard ones too, and the card
@@ -18,15 +21,16 @@ model: a 135M model answers few well-known facts closed-book, an 8B model answer
   queue ``ceil(need_0 / yield_0)``, where ``need`` is what a class still lacks and ``yield`` the
   share of that queue's traced records that verified into its class so far (1.0 before any is
   traced: the first round never overshoots); the conflict queue gets half of the larger need over
-  its own yield. At least ``min_round`` records per drawing queue, so the last rounds do not
+  its own yield, shared with the real queue when both are there (:data:`EITHER_QUEUES`: each
+  gets its part of that half over its own yield). At least ``min_round`` records per drawing queue, so the last rounds do not
   trace one record at a time.
 
 **A budget instead of a target** (``per_class=None``; ``calibrate --max-records N`` alone, or
 ``--budget MINUTES``): the same queues, easiest first, but no class target. Each round spends part
 of what is left of the budget (records, or seconds at the rate measured so far) and splits it
 between the memory and clean queues so that the two verified counts end as equal as the yields
-allow (the smaller class first); knowledge conflicts get their share of the pool, at most a
-quarter. After the first (pilot) round the yields are known, and :func:`expected_card` projects
+allow (the smaller class first); knowledge conflicts and real items each get their share of
+the pool, at most a quarter each. After the first (pilot) round the yields are known, and :func:`expected_card` projects
 what the whole budget will buy: verified answers per class, the held-out and conformal counts,
 whether alpha can be certified and the card validated, and how many records a validated card
 would need. ``calibrate`` prints that projection before it spends the rest.
@@ -63,6 +67,7 @@ from mnemoscope.bench.label_check import LabelMode, item_fields, verify_labels
 from mnemoscope.errors import InputError
 
 __all__ = [
+    "EITHER_QUEUES",
     "CardForecast",
     "DrawResult",
     "draw_for_config",
@@ -75,12 +80,17 @@ __all__ = [
 #: ``{id: (answer with the context, closed-book answer)}`` of the records a round traced
 Answers = Mapping[str, tuple[str, str | None]]
 
+#: queues whose records the model's answers label into either class (the others yield one class)
+EITHER_QUEUES = ("conflict", "real")
+
 
 def queue_of(record: Any) -> str:
-    """``memory``, ``clean``, ``conflict`` or ``unlabelled``: which class a record can yield."""
+    """``memory``, ``clean``, ``conflict``, ``real`` or ``unlabelled``: which class a record can yield."""
     f = item_fields(record)
     if f.get("kind") == "conflict" or f.get("context_answer") is not None:
         return "conflict"
+    if f.get("kind") == "real":
+        return "real"
     lab = f.get("label")
     return "memory" if lab == 1 else "clean" if lab == 0 else "unlabelled"
 
@@ -215,12 +225,19 @@ def _split(
     return {q: k for q, k in (("memory", a_m), ("clean", a_c)) if k > 0}
 
 
-def _conflict_share(n: int, avail: dict[str, int], pool: dict[str, int]) -> int:
-    """A budget round's knowledge conflicts: their share of the labelled pool, at most a quarter."""
-    if not avail.get("conflict"):
+def _conflict_share(n: int, avail: dict[str, int], pool: dict[str, int], queue: str = "conflict") -> int:
+    """A budget round's records of an either-class queue (knowledge conflicts, real items): their
+    share of the labelled pool, at most a quarter."""
+    if not avail.get(queue):
         return 0
     total = sum(pool.values()) or 1
-    return min(avail["conflict"], int(n * min(0.25, pool.get("conflict", 0) / total)))
+    return min(avail[queue], int(n * min(0.25, pool.get(queue, 0) / total)))
+
+
+def _either_shares(n: int, avail: dict[str, int], pool: dict[str, int]) -> dict[str, int]:
+    """:func:`_conflict_share` of each of :data:`EITHER_QUEUES` (those with a share only)."""
+    out = {q: _conflict_share(n, avail, pool, q) for q in EITHER_QUEUES}
+    return {q: k for q, k in out.items() if k > 0}
 
 
 def expected_card(
@@ -238,7 +255,8 @@ def expected_card(
 ) -> CardForecast:
     """Project a draw of ``records`` in all from ``verified`` answers after ``drawn`` records, the
     queues' ``yields`` (``memory``: memory answers per memory record, ``clean``: context-needed per
-    clean record, ``conflict_memory``/``conflict_context`` per conflict record) and what each
+    clean record, ``conflict_memory``/``conflict_context`` per conflict record, ``real_memory``/
+    ``real_context`` per real record) and what each
     queue still holds (``avail``; ``pool``: the queues' sizes). A pure function: see
     :class:`CardForecast`.
 
@@ -253,11 +271,10 @@ def expected_card(
 
     left = max(0, records - drawn)
     y_m, y_c = yields.get("memory", 0.0), yields.get("clean", 0.0)
-    c_m, c_c = yields.get("conflict_memory", 0.0), yields.get("conflict_context", 0.0)
-    a_conf = _conflict_share(left, avail, pool)
-    v_m = verified.get("memory", 0) + c_m * a_conf
-    v_c = verified.get("context", 0) + c_c * a_conf
-    plan = _split(left - a_conf, v_m, v_c, max(y_m, 1e-9), max(y_c, 1e-9), avail)
+    shares = _either_shares(left, avail, pool)
+    v_m = verified.get("memory", 0) + sum(yields.get(f"{q}_memory", 0.0) * a for q, a in shares.items())
+    v_c = verified.get("context", 0) + sum(yields.get(f"{q}_context", 0.0) * a for q, a in shares.items())
+    plan = _split(left - sum(shares.values()), v_m, v_c, max(y_m, 1e-9), max(y_c, 1e-9), avail)
     mem = int(v_m + y_m * plan.get("memory", 0))
     ctx = int(v_c + y_c * plan.get("clean", 0))
     ho = {"memory": int(mem * held_out_fraction), "context": int(ctx * held_out_fraction)}
@@ -359,9 +376,10 @@ def draw_until(
 
     def yields() -> dict[str, float]:
         out = {"memory": rate("memory", "memory", 0.0), "clean": rate("clean", "context", 0.0)}
-        if "conflict" in order:
-            out["conflict_memory"] = rate("conflict", "memory", 0.0)
-            out["conflict_context"] = rate("conflict", "context", 0.0)
+        for q in EITHER_QUEUES:
+            if q in order:
+                out[f"{q}_memory"] = rate(q, "memory", 0.0)
+                out[f"{q}_context"] = rate(q, "context", 0.0)
         return out
 
     while True:
@@ -439,8 +457,9 @@ def draw_until(
                 plan["memory"] = math.ceil(need["memory"] / rate("memory", "memory"))
             if need["context"] and "clean" in order:
                 plan["clean"] = math.ceil(need["context"] / rate("clean", "context"))
-            if "conflict" in order:
-                plan["conflict"] = math.ceil(max(need.values()) / 2 / rate("conflict", None))
+            either = [q for q in EITHER_QUEUES if q in order]
+            for q in either:  # half of the larger need, shared by the either-class queues
+                plan[q] = math.ceil(max(need.values()) / 2 / len(either) / rate(q, None))
             for q, n in plan.items():
                 n = min(max(n, min_round), avail[q])
                 n = int(min(n, budget - sum(new.values())))
@@ -448,13 +467,19 @@ def draw_until(
                     new[q] = n
         else:
             size = _round_size(budget, len(drawn), min_round, budget_seconds is not None and not drawn)
-            a_conf = _conflict_share(size, avail, pool)
-            # what the round's knowledge conflicts are expected to add to each class (0 without any)
-            v_m = verified["memory"] + rate("conflict", "memory", 0.0) * a_conf
-            v_c = verified["context"] + rate("conflict", "context", 0.0) * a_conf
-            new = _split(size - a_conf, v_m, v_c, rate("memory", "memory"), rate("clean", "context"), avail)
-            if a_conf:
-                new["conflict"] = a_conf
+            shares = _either_shares(size, avail, pool)
+            # what the round's conflicts and real items are expected to add to each class (0 without any)
+            v_m = verified["memory"] + sum(rate(q, "memory", 0.0) * a for q, a in shares.items())
+            v_c = verified["context"] + sum(rate(q, "context", 0.0) * a for q, a in shares.items())
+            new = _split(
+                size - sum(shares.values()),
+                v_m,
+                v_c,
+                rate("memory", "memory"),
+                rate("clean", "context"),
+                avail,
+            )
+            new.update(shares)
         if not new:
             stopped = "data exhausted"
             break

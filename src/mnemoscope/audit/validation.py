@@ -51,7 +51,7 @@ AUC_CI_FLOOR = 0.8
 #: ... and one with fewer held-out answers of a class than this (its bootstrap CI says little)
 MIN_HELD_OUT_PER_CLASS = 10
 HELD_OUT_FILE = "held_out.jsonl"
-_SOURCES = ("context", "memory", "mixed", "undetermined")
+_SOURCES = ("context", "memory", "mixed", "unsupported", "undetermined")
 
 
 def split_by_fact(

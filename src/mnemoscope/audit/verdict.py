@@ -371,7 +371,8 @@ def decide_source(
         own = [
             w
             for w in words
-            if w.source == "context" and content_word(w.text, q_terms, w.n_tokens or None)
+            if w.source == "context"
+            and content_word(w.text, q_terms, w.n_tokens or None)
             and not supported_by(w.text, c_terms)
         ]
         if own:

@@ -24,6 +24,15 @@ Record schema (one JSON object per line)::
 
 A fact, its paraphrase and its conflict variant share ``fact_id``: split by it.
 
+**With real passages** (input spec ``shipped:calibration+public``, :data:`PUBLIC_SPEC`): the
+shipped set plus the *calibration* split (by article) of the real SQuAD items built by
+``benchmarks/build_public_sets.py`` (:mod:`mnemoscope.bench.public_data`): ``real.jsonl``
+(``kind: "real"``, labelled on the model by its closed-book and open-book answers,
+:mod:`mnemoscope.bench.label_check`) and ``conflicts.jsonl`` (entity-swap knowledge conflicts).
+The files are read from :func:`public_data_dir`; :func:`resolve_shipped` writes the combination
+once into the cache (named by the content's hash) and returns its path. The evaluation split is
+left out, so benchmarks judge on articles calibration never saw.
+
 Example:
     >>> items = load_calibration_items(kinds=["memorized"], max_difficulty=1)
     >>> all(it["label"] == 1 and it["difficulty"] == 1 for it in items)
@@ -35,7 +44,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -47,9 +58,14 @@ __all__ = [
     "CALIBRATION_FILE",
     "KINDS",
     "LABELS",
+    "PUBLIC_DATA_ENV",
+    "PUBLIC_FILES",
+    "PUBLIC_SPEC",
     "SHIPPED_SPEC",
     "default_path",
     "load_calibration_items",
+    "load_public_items",
+    "public_data_dir",
     "resolve_shipped",
 ]
 
@@ -57,6 +73,12 @@ CALIBRATION_FILE = "calibration.jsonl"
 SHIPPED_SPEC = "shipped:calibration"
 KINDS = ("memorized", "memorized_paraphrased", "clean", "conflict")
 LABELS: dict[str, int | None] = {"memorized": 1, "memorized_paraphrased": 1, "clean": 0, "conflict": None}
+#: the shipped set plus the calibration split of the real public items
+PUBLIC_SPEC = "shipped:calibration+public"
+#: where the built public sets are (default: ``benchmarks/data/public`` of the source checkout)
+PUBLIC_DATA_ENV = "MNEMOSCOPE_PUBLIC_DATA"
+#: the public files a calibration draws from (multi-passage and NQ-open probes are for benchmarks)
+PUBLIC_FILES = ("real.jsonl", "conflicts.jsonl")
 
 
 def default_path() -> Path:
@@ -64,9 +86,72 @@ def default_path() -> Path:
     return Path(str(resources.files("mnemoscope.bench") / "data" / CALIBRATION_FILE))
 
 
+def public_data_dir() -> Path:
+    """The built public sets: ``$MNEMOSCOPE_PUBLIC_DATA``, else ``benchmarks/data/public`` of the
+    source checkout this package runs from (an editable install; a wheel does not carry them)."""
+    env = os.environ.get(PUBLIC_DATA_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "public"
+
+
+def load_public_items(
+    split: str | None = "calibration", folder: str | os.PathLike[str] | None = None
+) -> list[dict[str, Any]]:
+    """The records of :data:`PUBLIC_FILES` whose ``split`` is ``split`` (``None``: all), in file order.
+
+    Raises:
+        InputError: a file is missing (with how to build it) or a line is not a JSON object with
+            an ``id`` and a ``split`` (naming the file, line and field).
+    """
+    base = Path(folder) if folder is not None else public_data_dir()
+    out = []
+    for name in PUBLIC_FILES:
+        path = base / name
+        if not path.is_file():
+            raise InputError(
+                f"{path} not found: build the public sets with `python benchmarks/build_public_sets.py "
+                f"--out {base}` (or point {PUBLIC_DATA_ENV} at them)",
+                field="data",
+            )
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"invalid JSON: {e.msg}", record=f"{name} line {n}") from e
+                if not isinstance(row, dict) or "id" not in row:
+                    raise InputError("missing field", record=f"{name} line {n}", field="id")
+                if "split" not in row:
+                    raise InputError("missing field", record=f"{row['id']} ({name} line {n})", field="split")
+                if split is None or row["split"] == split:
+                    out.append(row)
+    return out
+
+
 def resolve_shipped(spec: str) -> str:
-    """``"shipped:calibration"`` -> the shipped file's path; any other spec is returned unchanged."""
-    return str(default_path()) if spec == SHIPPED_SPEC else spec
+    """``"shipped:calibration"`` -> the shipped file's path; ``"shipped:calibration+public"`` -> a
+    file in the cache holding the shipped set and the public calibration split
+    (:func:`load_public_items`), written once; any other spec is returned unchanged."""
+    if spec == SHIPPED_SPEC:
+        return str(default_path())
+    if spec != PUBLIC_SPEC:
+        return spec
+    from mnemoscope.paths import cache_dir
+
+    shipped = default_path().read_bytes()
+    public = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in load_public_items("calibration"))
+    body = shipped + (b"" if shipped.endswith(b"\n") else b"\n") + public.encode("utf-8")
+    digest = hashlib.sha256(body).hexdigest()[:16]
+    out = cache_dir() / "calibration" / f"calibration+public-{digest}.jsonl"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(body)
+        tmp.replace(out)
+    return str(out)
 
 
 def load_calibration_items(

@@ -19,6 +19,10 @@ Rules (answer or alias as a whole word, :func:`mnemoscope.bench.reliance.answer_
   only = memory (1), the context's only = clean (0) unless the model gives the context's answer
   closed-book too (then following the context and a mistaken memory cannot be told apart:
   dropped, as a clean item answered closed-book is); neither or both = dropped.
+* a **real** item (``kind == "real"``: a real passage and question, e.g. SQuAD's,
+  :mod:`mnemoscope.bench.public_data`; no given label) is labelled by the model's answers:
+  correct closed-book *and* with the context = memory (1); not correct closed-book, correct with
+  the context = clean (0); correct closed-book only, or neither = dropped.
 
 Dropped items are counted per kind with the reason. ``labels="given"`` keeps every item with
 its given label (for users who bring labels verified on this model).
@@ -31,6 +35,15 @@ Example:
     [('a', 1, 'kept'), ('b', None, 'answered closed-book')]
     >>> chk.counts["clean"]
     {'total': 1, 'kept': 0, 'dropped': 1, 'memory': 0, 'context': 0}
+
+A real item (no label of its own):
+    >>> real = [{"id": f"r{i}", "kind": "real", "label": None, "answer": "1858"} for i in range(3)]
+    >>> chk = verify_labels(real, {"r0": ("In 1858.", "1858"), "r1": ("In 1858.", "1850"),
+    ...                            "r2": ("In 1850.", "1858")})
+    >>> [(d.id, d.label, d.reason) for d in chk.decisions]
+    [('r0', 1, 'kept'), ('r1', 0, 'kept'), ('r2', None, 'answered closed-book only')]
+    >>> chk.counts["real"]
+    {'total': 3, 'kept': 2, 'dropped': 1, 'memory': 1, 'context': 1}
 """
 
 from __future__ import annotations
@@ -60,7 +73,8 @@ LABEL_RULE = (
     "memory kept iff answered correctly closed-book and with the context; clean kept iff not answered "
     "closed-book and answered with the context; conflict labelled by the answer given with the context "
     "(the known answer = memory, the context's = clean unless also given closed-book, neither or both = dropped); answer or alias as a "
-    "whole word, case-insensitive"
+    "whole word, case-insensitive; a real item (kind real) = memory if answered correctly closed-book and with "
+    "the context, clean if only with the context, else dropped"
 )
 
 
@@ -210,6 +224,18 @@ def check_item(item: Any, closed_book: str | None, open_book: str) -> LabelDecis
         else:
             label, reason = None, "gave both answers" if known else "gave neither answer"
         return LabelDecision(rid, kind, given, label, reason, None, known, followed)
+    if kind == "real":
+        closed_ok = answer_matches(closed_book or "", it)
+        open_ok = answer_matches(open_book, it)
+        if closed_ok and open_ok:
+            label, reason = 1, "kept"
+        elif open_ok:
+            label, reason = 0, "kept"
+        elif closed_ok:
+            label, reason = None, "answered closed-book only"
+        else:
+            label, reason = None, "answered neither closed-book nor with the context"
+        return LabelDecision(rid, kind, given, label, reason, closed_ok, open_ok)
     if given not in (0, 1):
         raise InputError("label verification needs a 0/1 label", record=rid, field="label")
     closed_ok = answer_matches(closed_book or "", it)

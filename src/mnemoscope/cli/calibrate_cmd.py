@@ -61,7 +61,8 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="JSONL of {id, context, query, label, answer, aliases?, kind?, fact_id?, context_answer?}; "
         "default: the shipped calibration data (well-known facts = memory, invented facts = clean, "
-        "knowledge conflicts when shipped), drawn until 300 answers of each class verify (at most 2400 "
+        "knowledge conflicts when shipped; shipped:calibration+public adds the real SQuAD passages and entity-swap "
+        "conflicts of docs/data.md), drawn until 300 answers of each class verify (at most 2400 "
         "records traced) unless --max-records or --per-class is given",
     )
     c.add_argument("--out", required=True, metavar="DIR", help="profile folder to write")
@@ -285,8 +286,11 @@ def run(args: argparse.Namespace) -> int:
 
     app_prompt, prompt_origin = app_prompt_from_args(args)  # before the data and any model
     path = args.input
-    if path in (SHIPPED, "shipped:calibration"):  # the same file (bench.calibration_data.SHIPPED_SPEC)
-        path = shipped_records()
+    from mnemoscope.bench.calibration_data import PUBLIC_SPEC, resolve_shipped
+
+    if path in (SHIPPED, "shipped:calibration", PUBLIC_SPEC):  # bench.calibration_data's specs
+        # the shipped set, with PUBLIC_SPEC also the calibration split of the real public sets
+        path = resolve_shipped(PUBLIC_SPEC) if path == PUBLIC_SPEC else shipped_records()
         if args.max_records is None and args.per_class is None:
             if args.budget is None:
                 # draw until enough labels verify on this model (a fixed sample leaves a small model

@@ -62,7 +62,6 @@ from mnemoscope.errors import InputError
 
 __all__ = [
     "DISCOURSE_WORDS",
-    "text_terms",
     "MIN_MARGIN",
     "QUERY_MATCH",
     "QueryMatch",
@@ -80,6 +79,7 @@ __all__ = [
     "query_terms",
     "salient",
     "supported_by",
+    "text_terms",
     "word_groups",
     "wordlike",
 ]

@@ -84,16 +84,16 @@ from mnemoscope.features.grounding import answer_bearing, join_phrases, parting_
 
 __all__ = [
     "FACT_SIGNALS",
-    "Selection",
-    "passages_to_ablate",
     "MEMORY_TOLERANCE",
     "NO_FACT_VALUES",
     "AnswerFacts",
     "FactSource",
     "FactWord",
+    "Selection",
     "closed_book_agreement",
     "fact_signals",
     "fact_words",
+    "passages_to_ablate",
     "topk_entropy",
 ]
 
@@ -345,7 +345,8 @@ def fact_words(
         loo = np.asarray(passage_logprobs, dtype=np.float64)
         if loo.shape != (len(ablated), n):
             raise InputError(
-                f"passage_logprobs has shape {loo.shape}, expected ({len(ablated)}, {n})", field="passage_logprobs"
+                f"passage_logprobs has shape {loo.shape}, expected ({len(ablated)}, {n})",
+                field="passage_logprobs",
             )
     lw, lwo = cols["logp_with"], cols["logp_without"]
     iw, iwo, lpwo = tops["topk_ids_with"], tops["topk_ids_without"], tops["topk_logprobs_without"]

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from mnemoscope.features.attribution import (
     DISCOURSE_WORDS,
+    content_word,
     query_terms,
     supported_by,
     text_terms,
@@ -49,8 +50,8 @@ __all__ = [
     "join_phrases",
     "parting_word",
     "sentence_ids",
-    "stating_passages",
     "states",
+    "stating_passages",
 ]
 
 #: Words of generic elaboration: they say how the answer relates to the query ("plays a crucial
@@ -67,7 +68,7 @@ GENERIC_WORDS = frozenset(
                 "make makes made produce produces producing produced create creates created",
                 "help helps helped provide provides provided allow allows allowed enable enables",
                 "use uses used using refer refers referred known call called named considered",
-                "regarded described located situated found lies based according mentioned stated",
+                "regarded described located situated found based according mentioned",
                 "said says say tell tells told write writes wrote written show shows shown",
                 "give gives given take takes taken get gets got keep keeps hold holds held",
                 "responsible essential important crucial vital key significant major main primary",
@@ -77,10 +78,10 @@ GENERIC_WORDS = frozenset(
                 "many much several various different certain other others another number lot lots",
                 "new old great good best better large small big high low long short whole entire",
                 "part parts type types kind kinds form forms way ways thing things something",
-                "example examples instance process processes system systems field fields area",
+                "example examples instance process processes system systems",
                 "context passage passages text document documents information question provided",
                 "given fact facts detail details term terms name word words mean means meaning",
-                "answer answers correct true indeed sure note",
+                "answer answers correct true indeed sure note lie lies question questions",
             ]
         )
     )
@@ -88,9 +89,7 @@ GENERIC_WORDS = frozenset(
 
 
 #: lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
-PARTICLES = frozenset(
-    "da de del della di do dos du van von der den la le bin ibn al of y".split()
-)
+PARTICLES = frozenset(["da", "de", "del", "della", "di", "do", "dos", "du", "van", "von", "der", "den", "la", "le", "bin", "ibn", "al", "of", "y"])
 
 
 def _is_generic(text: str) -> bool:
@@ -125,7 +124,9 @@ def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list
     return out
 
 
-def join_phrases(groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]) -> list[list[int]]:
+def join_phrases(
+    groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]
+) -> list[list[int]]:
     """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
     England"): consecutive chosen words, or two joined by a name particle; anything else ends it."""
     out: list[list[int]] = []
@@ -148,11 +149,42 @@ def join_phrases(groups: Sequence[list[int]], chosen: Sequence[bool], texts: Seq
     return out
 
 
+def _merge_numbers(pieces: Sequence[str], groups: list[list[int]]) -> list[list[int]]:
+    """Word groups with a number's parts joined: "3" "." "2" "%" -> "3.2%", "1" "," "000" ->
+    "1,000" (only where no blank separates them)."""
+    out: list[list[int]] = []
+    for g in groups:
+        text = "".join(pieces[i] for i in g)
+        prev = "".join(pieces[i] for i in out[-1]) if out else ""
+        joinable = bool(out) and not text[:1].isspace()
+        if joinable and text in ("%", "\u2030") and prev.strip()[-1:].isdigit():
+            out[-1] = out[-1] + g
+        elif (
+            joinable
+            and text[:1].isdigit()
+            and len(out) >= 2
+            and "".join(pieces[i] for i in out[-1]) in (".", ",")
+            and "".join(pieces[i] for i in out[-2]).strip()[-1:].isdigit()
+        ):
+            sep = out.pop()
+            out[-1] = out[-1] + sep + g
+        else:
+            out.append(list(g))
+    return out
+
+
 def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
-    """The answer-bearing phrases of an answer, as token indices (module doc): its words that are
-    not the query's, not function or generic words, in the first sentence that has one, joined
-    into phrases. Empty when no sentence has such a word ("Yes.", "It is important.")."""
-    groups = word_groups(pieces)
+    """The answer-bearing phrases of an answer, as token indices (module doc).
+
+    Candidates are the answer's words that are not the query's, nor function or generic words
+    (:data:`GENERIC_WORDS`). Only the first sentence that has a candidate counts. In it, the
+    phrases that name something (a name, a number, a term split as rare, a word of a caseless
+    script: :func:`~mnemoscope.features.attribution.content_word`) are the answer when there are
+    any; otherwise its lowercase candidates are ("the mitochondria", "the spleen"). Consecutive
+    candidates form one phrase ("13th century", "Leonardo da Vinci", "3.2%"). Empty when no
+    sentence has a candidate ("Yes.", "It is important.").
+    """
+    groups = _merge_numbers(pieces, word_groups(pieces))
     texts = ["".join(pieces[i] for i in g) for g in groups]
     qterms = query_terms(query)
     cand = [wordlike(t) and not supported_by(t, qterms) and not _is_generic(t) for t in texts]
@@ -162,7 +194,17 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
         return []
     first = hit[0]
     keep = [c and s == first for c, s in zip(cand, sids, strict=True)]
-    return join_phrases(groups, keep, texts)
+    phrases = join_phrases(groups, keep, texts)
+    named = [
+        ph
+        for ph in phrases
+        if any(
+            content_word(texts[k], qterms, len(groups[k]))
+            for k, g in enumerate(groups)
+            if g[0] in ph and keep[k]
+        )
+    ]
+    return named or phrases
 
 
 def states(phrase_terms: Sequence[str], passage_terms: Sequence[str]) -> bool:

@@ -58,7 +58,7 @@ CARD_FORMAT = "mnemoscope-profile-card/1"
 VALIDATION_FORMAT = "mnemoscope-profile-validation/1"
 VALIDATION_FILE = "validation.json"
 NOT_MEASURED = "not measured"
-_VERDICTS = ("context", "memory", "mixed", "undetermined")
+_VERDICTS = ("context", "memory", "mixed", "unsupported", "undetermined")
 
 
 def _num(x: Any) -> float | int | str:
