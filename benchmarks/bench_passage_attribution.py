@@ -25,8 +25,8 @@ alternating order (so that load drift on the shared machine hits both methods al
 Scored: top-1 accuracy against ``gold_passage`` on the items where that method's answer states the gold
 answer (:func:`mnemoscope.bench.reliance.answer_matches`), and on the items where both answers do
 (paired), with percentile-bootstrap 95% CIs (:func:`mnemoscope.stats.bootstrap_ci`). A method that names
-no passage for a scored item counts as wrong there. Cost per answer: wall seconds (``--threads``, default 1)
-and the model's forward calls (a forward pre-hook on the model: generation steps, scoring passes and
+no passage for a scored item counts as wrong there. Cost per answer: wall seconds and CPU seconds (``--threads``,
+default 1; on a shared machine the CPU seconds are the steadier figure) and the model's forward calls (a forward pre-hook on the model: generation steps, scoring passes and
 ablations alike), the rows and the tokens they processed, and the ratio ContextCite / mnemoscope.
 
 Rows go to ``OUT`` with ``.rows.jsonl`` (one JSON line per item, appended and flushed as it is done;
@@ -516,6 +516,9 @@ def cost_summary(
             "n": len(rs),
             "seconds_mean": _est(sec, n_resamples=n_resamples),
             "seconds_median": round(float(np.median(sec)), 3),
+            "cpu_seconds_mean": _est([r[key].get("cpu_seconds", np.nan) for r in rs], n_resamples=n_resamples)
+            if all("cpu_seconds" in r[key] for r in rs)
+            else None,
             "forward_calls_mean": round(float(np.mean([f["calls"] for f in fw])), 2),
             "forward_rows_mean": round(float(np.mean([f["rows"] for f in fw])), 2),
             "forward_tokens_mean": round(float(np.mean([f["tokens"] for f in fw])), 1),
@@ -536,6 +539,8 @@ def cost_summary(
                     r["contextcite"]["forwards"]["calls"],
                     r["mnemoscope"]["forwards"]["tokens"],
                     r["contextcite"]["forwards"]["tokens"],
+                    r["mnemoscope"].get("cpu_seconds", np.nan),
+                    r["contextcite"].get("cpu_seconds", np.nan),
                 ]
                 for r in with_cc
             ],
@@ -547,6 +552,7 @@ def cost_summary(
 
         out["ratio_contextcite_over_mnemoscope"] = {
             "seconds": _est(both, ratio(0, 1), n_resamples),
+            "cpu_seconds": _est(both, ratio(6, 7), n_resamples) if np.isfinite(both[:, 6:8]).all() else None,
             "forward_calls": round(float(both[:, 3].mean() / both[:, 2].mean()), 2),
             "forward_tokens": round(float(both[:, 5].mean() / both[:, 4].mean()), 2),
             "note": "ratio of the means over the same items (bootstrap over items for the seconds)",
@@ -664,6 +670,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if args.cc_response == "forced":
                 steps = ["mnemoscope", "contextcite"]  # it attributes mnemoscope's answer
             for step in steps:
+                cpu0 = time.process_time()
                 if step == "mnemoscope":
                     r = run_mnemoscope(auditor, it)
                 elif classes is None:
@@ -671,6 +678,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 else:
                     forced = row["mnemoscope"]["answer"] if args.cc_response == "forced" else None
                     r = cc_run(it, forced, args.num_ablations)
+                # CPU seconds of this process: what the step computed, whatever else the machine ran
+                r["cpu_seconds"] = time.process_time() - cpu0
                 r["forwards"] = counter.take()
                 r["correct"] = r.get("top1") is not None and r["top1"] == it["gold_passage"]
                 row[step] = r

@@ -69,6 +69,7 @@ def test_smoke_run_tiny(tiny_service: Any, tmp_path: Path) -> None:
     assert res["git"]["commit"] and "bench_passage_attribution.py" in res["provenance"]["command"]
     mn = res["cost"]["mnemoscope"]
     assert mn["n"] == 2 and mn["seconds_mean"]["estimate"] > 0 and mn["forward_calls_mean"] >= 1
+    assert mn["cpu_seconds_mean"]["estimate"] > 0
     acc = res["mnemoscope"]["top1_accuracy"]
     assert acc["estimate"] is None or 0.0 <= acc["ci_low"] <= acc["estimate"] <= acc["ci_high"] <= 1.0
     for r in rows:
@@ -81,7 +82,8 @@ def test_smoke_run_tiny(tiny_service: Any, tmp_path: Path) -> None:
     cc = res["cost"]["contextcite"]
     # at least the 4 ablation forwards, plus its generation
     assert cc["n"] == 2 and cc["forward_calls_mean"] >= 4 and cc["seconds_mean"]["estimate"] > 0
-    assert res["cost"]["ratio_contextcite_over_mnemoscope"]["seconds"]["estimate"] > 0
+    ratio = res["cost"]["ratio_contextcite_over_mnemoscope"]
+    assert ratio["seconds"]["estimate"] > 0 and ratio["cpu_seconds"]["estimate"] > 0
     assert res["settings"]["contextcite"]["num_ablations"] == 4
     assert res["answers_agree"]["n"] == 2
     for r in rows:
