@@ -547,12 +547,14 @@ def cost_summary(
             dtype=float,
         )
 
-        def ratio(a: int, b: int) -> Any:
-            return lambda s: s[:, b].mean() / s[:, a].mean()
+        def ratio(s: np.ndarray) -> float:
+            return float(s[:, 1].mean() / s[:, 0].mean())
 
         out["ratio_contextcite_over_mnemoscope"] = {
-            "seconds": _est(both, ratio(0, 1), n_resamples),
-            "cpu_seconds": _est(both, ratio(6, 7), n_resamples) if np.isfinite(both[:, 6:8]).all() else None,
+            "seconds": _est(both[:, [0, 1]], ratio, n_resamples),
+            "cpu_seconds": _est(both[:, [6, 7]], ratio, n_resamples)
+            if np.isfinite(both[:, 6:8]).all()
+            else None,
             "forward_calls": round(float(both[:, 3].mean() / both[:, 2].mean()), 2),
             "forward_tokens": round(float(both[:, 5].mean() / both[:, 4].mean()), 2),
             "note": "ratio of the means over the same items (bootstrap over items for the seconds)",
