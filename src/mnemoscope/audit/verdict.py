@@ -365,8 +365,7 @@ def decide_source(
         return "memory", "Answered from memory: the model gives this answer without the context."
     # a word no context states cannot come from it, whatever its token attribution says
     c_terms = query_terms(context)
-    stated = [w for w in ctx if supported_by(w.text, c_terms)]
-    if not stated:
+    if not any(supported_by(w.text, c_terms) for w in ctx):
         q_terms = query_terms(query)
         own = [
             w
@@ -380,10 +379,6 @@ def decide_source(
                 f"Not from the context: the context does not state {_named(own)}, and no flag says the "
                 "model wrote it from memory."
             )
-        return "undetermined", (
-            "The answer names nothing the context states (no name, number or term of its own that the "
-            "context says): there is no evidence that it comes from the context."
-        )
     if p_memory is not None and p_memory > 0.5:
         if ctx:
             named = ", ".join(dict.fromkeys(w.text for w in ctx[:3]))
@@ -570,6 +565,8 @@ def decide(m: Any, profile: Any, rule: MemoryRule, repcs: RePCS) -> Verdict:
             "signals_used": list(verdict.selected_) if verdict is not None else [],
             "signals": {k: float(v) for k, v in m.values.items()},
             "answer_words": None if facts is None else facts.to_dict(),
+            # the model's own closed-book greedy answer, when the audit generated one
+            "closed_book_answer": getattr(m.trace, "answer_without", None),
         },
         repcs=rv,
         crm=crm_block(m, profile),
