@@ -3,7 +3,7 @@ ContextCite's (MadryLab, ``pip install --no-deps context-cite``) side by side, o
 same prompt and the same items, with what each costs, measured in one run.
 
 Items: multi-passage records (JSONL) ``{"id", "query", "answer", "aliases", "passages": [str, ...],
-"gold_passage": int}`` (default: ``benchmarks/data/public/multi_passage.jsonl``). For each item, in
+"gold_passage": int}`` (default: the ``evaluation`` split of ``benchmarks/data/public/multi_passage.jsonl``). For each item, in
 alternating order (so that load drift on the shared machine hits both methods alike):
 
 * **mnemoscope**: ``Auditor.audit`` of ``AuditRequest(passages=...)`` (the model generates its
@@ -67,15 +67,18 @@ log = logging.getLogger("bench_passage_attribution")
 # -- items -------------------------------------------------------------------------------------
 
 
-def read_items(path: str | Path, n: int | None = None) -> list[dict[str, Any]]:
+def read_items(path: str | Path, n: int | None = None, split: str | None = None) -> list[dict[str, Any]]:
     """The first ``n`` multi-passage records of ``path`` (checked: passages a non-empty list of
-    strings, ``gold_passage`` an index into it)."""
+    strings, ``gold_passage`` an index into it); with ``split``, only the records of that split
+    (records without a ``split`` field are kept)."""
     out: list[dict[str, Any]] = []
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             it = json.loads(line)
+            if split is not None and it.get("split", split) != split:
+                continue
             ps = it.get("passages")
             if not isinstance(ps, list) or not ps or not all(isinstance(p, str) and p.strip() for p in ps):
                 raise ValueError(f"{path}:{lineno}: passages must be a non-empty list of non-empty strings")
@@ -198,9 +201,10 @@ def mnemoscope_top1(audit: dict[str, Any], answer: str, item: dict[str, Any]) ->
 
     def info(w: dict[str, Any] | None) -> dict[str, Any]:
         if w is None:
-            return {"phrase": None, "stating": None, "passage_effect": None}
+            return {"phrase": None, "grounded": None, "stating": None, "passage_effect": None}
         return {
             "phrase": w.get("text"),
+            "grounded": w.get("grounded"),
             "stating": w.get("passages"),
             "passage_effect": w.get("passage_effect"),
         }
@@ -225,11 +229,14 @@ def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
     from mnemoscope.bench.reliance import answer_matches
     from mnemoscope.features.passages import join_passages
 
-    ctx = join_passages(item["passages"])
-    kw: dict[str, Any] = {"id": item["id"]}
-    if supports_passages():
-        kw["passages"] = list(item["passages"])
-    req = AuditRequest(ctx, item["query"], **kw)
+    if hasattr(AuditRequest, "from_passages"):
+        req = AuditRequest.from_passages(tuple(item["passages"]), item["query"], id=item["id"])
+    elif supports_passages():
+        req = AuditRequest(  # type: ignore[call-arg]
+            join_passages(item["passages"]), item["query"], id=item["id"], passages=tuple(item["passages"])
+        )
+    else:  # before AuditRequest.passages: one joined context (the audit then names no passage of the item)
+        req = AuditRequest(join_passages(item["passages"]), item["query"], id=item["id"])
     t0 = time.perf_counter()
     (res,) = auditor.audit([req])
     seconds = time.perf_counter() - t0
@@ -576,7 +583,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="multi-passage JSONL (default: %(default)s)")
-    ap.add_argument("--n", type=int, default=100, help="items (the first N of --data)")
+    ap.add_argument("--n", type=int, default=100, help="items (the first N of --data's --split)")
+    ap.add_argument(
+        "--split",
+        default="evaluation",
+        help="the records' split to use (default: evaluation, as benchmarks/real_data_eval.py; 'all': every record)",
+    )
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="summary JSON; rows go to OUT with .rows.jsonl")
     ap.add_argument("--resume", action="store_true", help="skip the ids already in the rows file")
     ap.add_argument("--overwrite", action="store_true", help="start the rows file afresh")
@@ -614,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"{rows_path} exists: pass --resume to continue it or --overwrite to start afresh")
     if args.overwrite and rows_path.exists():
         rows_path.unlink()
-    items = read_items(args.data, args.n)
+    items = read_items(args.data, args.n, None if args.split == "all" else args.split)
     prior = _load(rows_path) if args.resume else []
     done_ids = {r["id"] for r in prior}
     todo = [it for it in items if it["id"] not in done_ids]
@@ -713,6 +725,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "settings": {
             "data": str(args.data),
             "n_requested": args.n,
+            "split": args.split,
             "model": auditor.model_info.get("name"),
             "model_fingerprint": auditor.model_info.get("fingerprint"),
             "profile": str(auditor.profile.path),
