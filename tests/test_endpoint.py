@@ -298,7 +298,7 @@ def test_cli_audit_over_endpoint(llama_server, endpoint_profile, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["backend"] == "endpoint" and d["endpoint_method"].endswith("+llama-cpp-python")
     assert d["crm"] is None and any("hidden-state" in n for n in d["notes"])
-    assert d["source"] in ("context", "memory", "mixed", "undetermined")
+    assert d["source"] in ("context", "memory", "mixed", "unsupported", "undetermined")
     assert d["p_memory"] is not None and 0.0 <= d["p_memory"] <= 1.0
     assert math.isfinite(d["evidence"]["repcs_z"]) and "Zorblat" in d["answer"]
 

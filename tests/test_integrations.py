@@ -40,7 +40,7 @@ DOCS = {
     "quenmar": "Quenmar is a small town in the north. The river Zorblat runs through Quenmar.",
     "vellmoor": "Vellmoor is a town on the river Ost.",
 }
-SOURCES = {"context", "memory", "mixed", "undetermined"}
+SOURCES = {"context", "memory", "mixed", "unsupported", "undetermined"}
 
 
 class KeywordRetriever(BaseRetriever):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = {"context", "memory", "mixed", "undetermined"}
+SOURCES = {"context", "memory", "mixed", "unsupported", "undetermined"}
 
 
 @pytest.mark.real_model

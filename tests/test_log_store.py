@@ -48,7 +48,7 @@ def test_history_is_keyset_paged_and_filtered(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="source 'maybe'"):
         st.history(source="maybe")
     c = st.counts()
-    assert c["n"] == 40 and c["by_source"] == dict.fromkeys(SOURCES, 10)
+    assert c["n"] == 40 and c["by_source"] == {**dict.fromkeys(SOURCES, 0), **dict.fromkeys(SOURCES[:4], 10)}
     assert c["n_memory_flag"] == len(flagged) and len(c["recent_latency_ms"]) == 40
     assert st.counts(recent=5)["recent_latency_ms"] == [36.0, 37.0, 38.0, 39.0, 40.0]
     st.close()
@@ -240,7 +240,13 @@ def test_an_old_log_verifies_read_only_and_is_migrated_on_open(tmp_path: Path) -
     signer = Signer.generate("t.example/log")
     st = open_store(db, checkpoint_every=4, signing_key=signer)
     c = st.counts()
-    assert c["n"] == 10 and c["by_source"] == {"context": 4, "memory": 2, "mixed": 0, "undetermined": 4}
+    assert c["n"] == 10 and c["by_source"] == {
+        "context": 4,
+        "memory": 2,
+        "mixed": 0,
+        "undetermined": 4,
+        "unsupported": 0,
+    }
     assert c["n_anomalies"] == 5
     assert [x["id"] for x in st.history(source="memory").items] == ["o6", "o3"]
     assert st.append([_rec(11), _rec(12)]) == [11, 12]
@@ -388,3 +394,26 @@ def test_a_log_of_uuid4_ids_continues_with_time_ordered_ids(tmp_path: Path) -> N
     st.close()
     rep = open_store(db, readonly=True).verify(trusted=[signer.verifier], require_signed=True)
     assert rep.ok and rep.n_entries == 200, rep
+
+
+def test_a_log_made_before_the_unsupported_source_gets_its_counter(tmp_path: Path) -> None:
+    """A log whose state row predates a source (no n_unsupported column) reads it as 0 read-only
+    and gets the column on its next writable open; an unsupported answer is then counted."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    st = open_store(path)
+    st.append([_rec(i) for i in range(1, 5)])
+    st.close()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE log_state DROP COLUMN n_unsupported")
+    con.commit()
+    con.close()
+    ro = open_store(path, readonly=True)
+    assert ro.counts()["by_source"]["unsupported"] == 0 and ro.counts()["n"] == 4
+    ro.close()
+    st = open_store(path)
+    st.append([{**_rec(5), "source": "unsupported", "memory_flag": False}])
+    c = st.counts()
+    assert c["n"] == 5 and c["by_source"]["unsupported"] == 1 and c["by_source"]["memory"] == 1
+    st.close()

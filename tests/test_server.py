@@ -123,7 +123,7 @@ def test_sqlite_store_appends_verifies_and_pages(tmp_path: Path) -> None:
     assert len(st.history(source="context").items) == 7
     assert len(st.history(since=1004.0, until=1006.0).items) == 3
     c = st.counts()
-    assert c["by_source"] == {"context": 7, "memory": 3, "mixed": 0, "undetermined": 0}
+    assert c["by_source"] == {"context": 7, "memory": 3, "mixed": 0, "undetermined": 0, "unsupported": 0}
     assert c["n_memory_flag"] == 3
     assert [c.tree_size for c in st.checkpoints()] == [4, 8]
     rep = st.verify()
@@ -337,7 +337,7 @@ def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path
     assert short.n_steps <= 2
     assert a.crm is not None and len(a.crm["lts_trajectory"]) == len(a.crm["layers"])
     assert a.repcs["kl"] >= 0 and 0 <= a.crm["crm_probability"] <= 1
-    assert a.source in ("context", "memory", "mixed", "undetermined") and a.p_memory is not None
+    assert a.source in ("context", "memory", "mixed", "unsupported", "undetermined") and a.p_memory is not None
     assert len(a.tokens) == a.n_steps and "".join(t.text for t in a.tokens) == a.answer
     # an empty context is no evidence: undetermined, never memory, never an anomaly, said in words
     assert empty.identical_prompts and empty.source == "undetermined" and empty.notes
@@ -455,7 +455,7 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
     assert a["memory_flag"] is (a["source"] == "memory") or a["source"] == "mixed"
     assert a["answer_given"] is False
     assert set(a["repcs"]) == {"kl", "tau", "memorized", "n_steps", "identical_prompts", "note"}
-    assert a["seq"] == 1 and a["source"] in ("context", "memory", "mixed", "undetermined")
+    assert a["seq"] == 1 and a["source"] in ("context", "memory", "mixed", "unsupported", "undetermined")
     assert set(a["evidence"]) >= {"repcs_z", "tau", "closed_book_logprob", "context_token_fraction"}
     assert set(a["guarantee"]) >= {"alpha", "n_calibration", "certified"}
     assert "".join(t["text"] for t in a["tokens"]) == a["answer"]
@@ -479,7 +479,7 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
     assert sum(s["by_source"].values()) == 2 and s["by_source"]["undetermined"] >= 1  # the empty context
     assert s["n_memory_flag"] == (a["memory_flag"] is True)
     # history filters read the stored verdict: by source, by memory flag (flag is its old name)
-    for src in ("context", "memory", "mixed", "undetermined"):
+    for src in ("context", "memory", "mixed", "unsupported", "undetermined"):
         got_src = client.get("/v1/history", params={"source": src}, headers=AUTH).json()["items"]
         assert len(got_src) == s["by_source"][src] and all(x["source"] == src for x in got_src)
     for key in ("memory_flag", "flag"):
@@ -496,7 +496,7 @@ def test_api_audit_roundtrip_and_history(client: Any) -> None:
         for line in m.splitlines()
         if line.startswith("mnemoscope_verdicts_total{")
     )
-    assert len(series) == 8 and sum(series.values()) == 2.0, series
+    assert len(series) == 10 and sum(series.values()) == 2.0, series
     empty_key = 'mnemoscope_verdicts_total{memory_flag="false",source="undetermined"}'
     assert series[empty_key] >= 1.0, series  # the empty-context audit
     assert "mnemoscope_anomalies_total" not in m

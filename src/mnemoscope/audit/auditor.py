@@ -51,6 +51,7 @@ from mnemoscope.audit.requests import (
     check_text,
     input_error_row,
     parse_audit_lines,
+    passages_too_long,
     read_audit_inputs,
 )
 from mnemoscope.audit.results import RESULTS_FORMAT, EarlyStop, ResultsFolder, row_fields
@@ -302,7 +303,8 @@ class Auditor:
         out: list[AuditResult | AuditFailure | None] = [None] * len(requests)
         todo: list[tuple[int, Any]] = []
         for i, req in enumerate(requests):
-            p = self.backend.prepare(i, req)
+            # a request given as passages that does not fit is refused naming the longest passage
+            p = passages_too_long(req, self.backend.prepare(i, req))
             if isinstance(p, AuditFailure):
                 out[i] = p
             else:
@@ -310,7 +312,7 @@ class Auditor:
         traced = self.backend.run([p for _, p in todo]) if todo else []
         for (i, _), res in zip(todo, traced, strict=True):
             if isinstance(res, AuditFailure):
-                out[i] = res
+                out[i] = passages_too_long(requests[i], res)
                 continue
             try:
                 out[i] = self.score(*res)

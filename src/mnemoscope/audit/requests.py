@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,21 +20,32 @@ import numpy as np
 
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import Span, TokenAttribution
+from mnemoscope.features.passages import join_passages
 
 __all__ = [
+    "AUDIT_RECORD_FIELDS",
     "AuditFailure",
     "AuditRequest",
     "AuditResult",
     "Source",
+    "check_passages",
     "check_request",
     "check_text",
     "input_error_row",
     "json_safe",
     "parse_audit_lines",
+    "passages_too_long",
     "read_audit_inputs",
 ]
 
-Source = Literal["context", "memory", "mixed", "undetermined"]
+#: where an answer came from. ``unsupported``: the answer's answer-bearing words are stated by no
+#: passage and the model would not write them without the context either (the model's own
+#: addition; never counted as context)
+Source = Literal["context", "memory", "mixed", "undetermined", "unsupported"]
+
+#: the fields a batch record (``audit --input``, a Ray JSONL or Parquet row) may carry; any other
+#: field is refused for that record, naming it
+AUDIT_RECORD_FIELDS = ("id", "context", "passages", "query", "answer", "max_new_tokens")
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,14 @@ class AuditRequest:
         served_logprobs: the with-context log-probs of ``answer`` as the server returned them with
             it (the proxy's case, ``mnemoscope.trace.endpoint_score.served_scores``); the endpoint
             backend uses them instead of re-scoring that path when they line up. Others ignore it.
+        passages: the retrieved passages the context is made of (``None``: one context string).
+            The contract (checked by :func:`check_request`, 422 naming ``passages``): ``context``
+            is :func:`~mnemoscope.features.passages.join_passages` of them -- build such a
+            request with :meth:`from_passages`. With ``prompts`` (an application's own prompt,
+            e.g. the proxy's) the context is what was located in that prompt, verbatim, and
+            the contract is relaxed to: each passage (stripped) occurs in ``context``, in
+            order, without overlapping (:func:`~mnemoscope.features.passages.split_passages`
+            makes such passages).
     """
 
     context: str
@@ -67,6 +86,29 @@ class AuditRequest:
     prompts: tuple[str, str] | None = None
     prompt_info: dict[str, Any] | None = None
     served_logprobs: Any = None
+    passages: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.passages, list):  # e.g. a request that went through JSON (the Ray actors)
+            object.__setattr__(self, "passages", tuple(self.passages))
+
+    @classmethod
+    def from_passages(cls, passages: Sequence[str], query: str, **kw: Any) -> AuditRequest:
+        """A request whose context is the ``passages`` joined by the one rule
+        (:func:`~mnemoscope.features.passages.join_passages`); ``kw``: the other fields.
+
+        Raises:
+            InputError: ``passages`` is not a non-empty list of distinct, non-blank strings
+                (field ``passages``, naming the passage).
+
+        >>> r = AuditRequest.from_passages(["Paris is in France.", " Lyon is on the Rhone. "], "Where?")
+        >>> r.context
+        'Paris is in France.\\n\\nLyon is on the Rhone.'
+        >>> r.passages
+        ('Paris is in France.', ' Lyon is on the Rhone. ')
+        """
+        ps = check_passages(passages)
+        return cls(join_passages(ps), query, passages=ps, **kw)
 
 
 @dataclass(frozen=True)
@@ -194,14 +236,119 @@ def check_text(value: Any, field_name: str, *, allow_empty: bool, record: str | 
     return value
 
 
+def check_passages(
+    value: Any, *, record: str | int | None = None, context: str | None = None, verbatim: bool = False
+) -> tuple[str, ...]:
+    """``passages`` must be a non-empty list of distinct, non-blank strings (valid text, see
+    :func:`check_text`); with ``context``, the context must be made of them: equal to
+    :func:`~mnemoscope.features.passages.join_passages` of them, or (``verbatim``: a context
+    located in an application's prompt) hold each stripped passage, in order, without overlap.
+
+    Returns the passages as a tuple.
+
+    Raises:
+        InputError: naming the record, the field ``passages`` and the passage(s) at fault.
+    """
+    f = "passages"
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InputError(f"must be a list of strings, got {type(value).__name__}", record=record, field=f)
+    if not value:
+        raise InputError(
+            'is an empty list: give at least one passage (an explicit empty context is "context": "")',
+            record=record,
+            field=f,
+        )
+    first: dict[str, int] = {}
+    for i, p in enumerate(value):
+        if not isinstance(p, str):
+            raise InputError(
+                f"passages[{i}] must be a string, got {type(p).__name__}", record=record, field=f
+            )
+        if not p.strip():
+            raise InputError(f"passages[{i}] is empty", record=record, field=f)
+        try:
+            check_text(p, f, allow_empty=False)
+        except InputError as e:
+            raise InputError(f"passages[{i}] {e.reason}", record=record, field=f) from None
+        key = p.strip()
+        if key in first:
+            raise InputError(
+                f"passages[{first[key]}] and passages[{i}] are the same text: give each passage once",
+                record=record,
+                field=f,
+            )
+        first[key] = i
+    ps = tuple(value)
+    if context is not None:
+        if not verbatim and context != join_passages(ps):
+            raise InputError(
+                "the context is not these passages joined (mnemoscope.features.passages.join_passages); "
+                "build the request with AuditRequest.from_passages",
+                record=record,
+                field=f,
+            )
+        if verbatim:
+            pos = 0
+            for i, p in enumerate(ps):
+                at = context.find(p.strip(), pos)
+                if at < 0:
+                    raise InputError(
+                        f"passages[{i}] is not in the context (after passages[{i - 1}])"
+                        if i
+                        else "passages[0] is not in the context",
+                        record=record,
+                        field=f,
+                    )
+                pos = at + len(p.strip())
+    return ps
+
+
+def passages_too_long(
+    req: AuditRequest,
+    failure: AuditFailure | Any,
+    count: Callable[[str], int] = len,
+    unit: str = "characters",
+) -> AuditFailure | Any:
+    """``failure`` for a request given as passages: a 413 on the context (or the prompt it makes)
+    then names the field ``passages`` and says which passage is the longest (measured by
+    ``count``, in ``unit``: a backend passes its own, e.g. its tokenizer's count and
+    ``"tokens"``). Anything else (not a failure, another status or field, a request without
+    passages) is returned unchanged, so a backend may call it on whatever ``prepare`` returns.
+
+    >>> r = AuditRequest.from_passages(["short", "a much longer passage"], "q?")
+    >>> passages_too_long(r, AuditFailure(413, "context has 26 characters; the limit is 10", "context")).message
+    'context has 26 characters; the limit is 10: the context is 2 passages joined, the longest is passages[1] (21 characters); shorten or drop it'
+    """
+    if (
+        req.passages is None
+        or not isinstance(failure, AuditFailure)
+        or failure.status != 413
+        or failure.field not in ("context", "prompt")
+    ):
+        return failure
+    sizes = [count(p.strip()) for p in req.passages]
+    j = max(range(len(sizes)), key=sizes.__getitem__)
+    n = len(sizes)
+    return AuditFailure(
+        413,
+        f"{failure.message}: the context is {n} passage{'s' * (n != 1)} joined, the longest is "
+        f"passages[{j}] ({sizes[j]} {unit}); shorten or drop it",
+        "passages",
+        kind=failure.kind,
+    )
+
+
 def check_request(req: AuditRequest, default_max_new_tokens: int) -> AuditFailure | None:
     """The checks every backend makes on a request before any model call: valid UTF-8 text
-    without control characters in query, context and given answer (422), and an answer
+    without control characters in query, context and given answer (422), passages that make the
+    context (:func:`check_passages`, 422 naming ``passages``), and an answer
     length 1 <= T <= the profile's T (422 otherwise, naming both: the profile's threshold and
     guarantee were fitted on answers of at most its own T tokens). ``None`` when the request is fine."""
     try:
         check_text(req.query, "query", allow_empty=False)
         check_text(req.context, "context", allow_empty=True)
+        if req.passages is not None:
+            check_passages(req.passages, context=req.context, verbatim=req.prompts is not None)
         if req.answer is not None:
             check_text(req.answer, "answer", allow_empty=False)
         for p in req.prompts or ():
@@ -235,7 +382,14 @@ def read_audit_inputs(path: str | Path) -> Iterator[tuple[int, AuditRequest | In
 
 
 def parse_audit_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, AuditRequest | InputError]]:
-    """:func:`read_audit_inputs` on any iterable of raw JSON lines (the Ray engine feeds Parquet rows)."""
+    """:func:`read_audit_inputs` on any iterable of raw JSON lines (the Ray engine feeds Parquet rows).
+
+    A record is ``{"id", "context" | "passages", "query", "answer"?, "max_new_tokens"?}``
+    (:data:`AUDIT_RECORD_FIELDS`). Each of these is an :class:`InputError` for that record, naming
+    it and the field, and the rest of the batch goes on: neither ``context`` nor ``passages`` (a
+    missing context is not an empty one: ``"context": ""`` is the explicit empty context), both,
+    a field not in :data:`AUDIT_RECORD_FIELDS`, and any :func:`check_passages` failure (not a
+    list of strings, an empty list, a blank passage, the same passage twice)."""
     seen: set[str] = set()
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -269,7 +423,33 @@ def parse_audit_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, AuditReques
             continue
         seen.add(rid)
         try:
-            context = check_text(obj.get("context", ""), "context", allow_empty=True, record=rid)
+            unknown = [k for k in obj if k not in AUDIT_RECORD_FIELDS]
+            if unknown:
+                raise InputError(
+                    f"unknown field{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} "
+                    f"(a record has only {', '.join(AUDIT_RECORD_FIELDS)})",
+                    record=rid,
+                    field=unknown[0],
+                )
+            passages: tuple[str, ...] | None = None
+            if "passages" in obj:
+                if "context" in obj:
+                    raise InputError(
+                        "give either context or passages, not both (the context is made of the passages)",
+                        record=rid,
+                        field="passages",
+                    )
+                passages = check_passages(obj["passages"], record=rid)
+                context = join_passages(passages)
+            elif "context" in obj:
+                context = check_text(obj["context"], "context", allow_empty=True, record=rid)
+            else:
+                raise InputError(
+                    'missing: give "context" (a string; "" for an explicit empty context) or "passages" '
+                    "(a list of strings)",
+                    record=rid,
+                    field="context",
+                )
             query = check_text(obj.get("query"), "query", allow_empty=False, record=rid)
             answer = obj.get("answer")
             if answer is not None:
@@ -280,7 +460,7 @@ def parse_audit_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, AuditReques
         except InputError as e:
             yield lineno, e
             continue
-        yield lineno, AuditRequest(context, query, answer=answer, max_new_tokens=T, id=rid)
+        yield lineno, AuditRequest(context, query, answer=answer, max_new_tokens=T, id=rid, passages=passages)
 
 
 def input_error_row(lineno: int, e: InputError) -> dict[str, Any]:

@@ -30,6 +30,8 @@ def register(sub: Any) -> None:
         epilog="Examples:\n"
         "  mnemoscope audit --context 'Quenmar lies on the river Zorblat.' "
         "--query 'Which river is Quenmar on?'\n"
+        "  mnemoscope audit --passage 'Quenmar lies on the river Zorblat.' --passage 'Zorblat is a river.' "
+        "--query 'Which river is Quenmar on?'\n"
         "  mnemoscope audit --context ... --query ... --json\n"
         "  mnemoscope audit --input pairs.jsonl --out audits/      # resumable; DIR/results.jsonl\n"
         "  mnemoscope audit --input pairs.jsonl --out audits/ --engine ray --workers 2   # docs/ray.md\n",
@@ -38,9 +40,20 @@ def register(sub: Any) -> None:
     add_model_args(p)
     src = p.add_argument_group("input")
     src.add_argument("--context", help="the retrieved context (may be empty)")
+    src.add_argument(
+        "--passage",
+        action="append",
+        metavar="TEXT",
+        help="one retrieved passage (repeat for each, in retrieval order; the context is them joined "
+        "by a blank line); not with --context",
+    )
     src.add_argument("--query", help="the query")
     src.add_argument("--answer", help="score this answer instead of generating one")
-    src.add_argument("--input", metavar="FILE", help="JSONL of {id, context, query, answer?} records")
+    src.add_argument(
+        "--input",
+        metavar="FILE",
+        help="JSONL of {id, context | passages, query, answer?, max_new_tokens?} records",
+    )
     src.add_argument("--out", metavar="DIR", help="with --input: the results folder (resumable)")
     src.add_argument("--overwrite", action="store_true", help="with --input: start the folder afresh")
     src.add_argument(
@@ -94,11 +107,23 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from mnemoscope.errors import InputError
 
-    single = args.context is not None or args.query is not None
+    passages = getattr(args, "passage", None)
+    single = args.context is not None or args.query is not None or passages is not None
     if args.input and single:
-        raise InputError("give either --input FILE or --context/--query, not both")
+        raise InputError("give either --input FILE or --context/--passage/--query, not both")
+    if args.context is not None and passages is not None:
+        raise InputError(
+            "give either --context or --passage (the context is the passages joined), not both",
+            field="passage",
+        )
     if not args.input and args.query is None:
-        raise InputError("give --query (and --context), or --input FILE --out DIR", field="query")
+        raise InputError(
+            "give --query (and --context or --passage), or --input FILE --out DIR", field="query"
+        )
+    if passages is not None:  # before any model is loaded: passages[i] counts the flags from 0
+        from mnemoscope.audit.requests import check_passages
+
+        check_passages(passages)
     if args.input and not args.out:
         raise InputError("--input needs --out DIR", field="out")
     if getattr(args, "report", False) and not args.input:
@@ -113,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             field="store_context",
         )
 
-    from mnemoscope.audit.auditor import AuditFailure, AuditRequest, run_audit_file
+    from mnemoscope.audit.auditor import AuditFailure, run_audit_file
     from mnemoscope.integrations import otel
 
     otel.install()  # audit spans when OTEL_EXPORTER_OTLP_* is set; nothing otherwise
@@ -141,13 +166,7 @@ def run(args: argparse.Namespace) -> int:
                 f"({summary['skipped_done']} already done, {summary['errors']} errors in {args.out}/errors.jsonl)"
             )
             return _report(args, 0)
-        (res,) = auditor.audit(
-            [
-                AuditRequest(
-                    args.context or "", args.query, answer=args.answer, max_new_tokens=args.max_new_tokens
-                )
-            ]
-        )
+        (res,) = auditor.audit([_request(args)])
     if isinstance(res, AuditFailure):
         raise InputError(res.message, field=res.field)
     d = res.to_dict()
@@ -158,6 +177,16 @@ def run(args: argparse.Namespace) -> int:
         if args.endpoint:
             print(f"Backend: endpoint {d['endpoint']} ({d['endpoint_method']})")
     return 0
+
+
+def _request(args: argparse.Namespace) -> Any:
+    """The one request of ``--context``/``--passage`` and ``--query``."""
+    from mnemoscope.audit.requests import AuditRequest
+
+    kw = {"answer": args.answer, "max_new_tokens": args.max_new_tokens}
+    if getattr(args, "passage", None) is not None:
+        return AuditRequest.from_passages(args.passage, args.query, **kw)
+    return AuditRequest(args.context or "", args.query, **kw)
 
 
 @contextlib.contextmanager

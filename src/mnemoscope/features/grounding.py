@@ -89,7 +89,29 @@ GENERIC_WORDS = frozenset(
 
 
 #: lowercase words that join the parts of a name ("Leonardo da Vinci", "Bank of England")
-PARTICLES = frozenset(["da", "de", "del", "della", "di", "do", "dos", "du", "van", "von", "der", "den", "la", "le", "bin", "ibn", "al", "of", "y"])
+PARTICLES = frozenset(
+    [
+        "da",
+        "de",
+        "del",
+        "della",
+        "di",
+        "do",
+        "dos",
+        "du",
+        "van",
+        "von",
+        "der",
+        "den",
+        "la",
+        "le",
+        "bin",
+        "ibn",
+        "al",
+        "of",
+        "y",
+    ]
+)
 
 
 def _is_generic(text: str) -> bool:

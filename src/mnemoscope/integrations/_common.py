@@ -4,6 +4,11 @@ truncation policy, the in-process generator and the offline embedder.
 Nothing here decides a verdict: :func:`audit_pair` builds an
 :class:`~mnemoscope.audit.auditor.AuditRequest` (the chain's answer teacher-forced) and calls
 :meth:`Auditor.audit <mnemoscope.audit.auditor.Auditor.audit>`.
+
+Each retrieved document (LangChain) or node (LlamaIndex) is one passage of the request
+(:func:`passages_of`, ``AuditRequest.passages``); the context is them joined by the one rule
+(:func:`mnemoscope.features.passages.join_passages`: stripped, a blank line between). One
+document gives one passage and the context is its text (stripped), as before.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ __all__ = [
     "audit_pair",
     "clear_audit_cache",
     "fit_context",
+    "fit_passages",
     "load_auditor",
+    "passages_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +160,46 @@ def fit_context(
     return context, info
 
 
+def passages_of(documents: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """One passage per retrieved document (its ``content``), in retrieval order; blank documents
+    and repeats of an earlier document's text (a retriever that returned it twice) are left out.
+
+    >>> passages_of([{"content": "Paris."}, {"content": " "}, {"content": "Lyon."}, {"content": "Paris. "}])
+    ('Paris.', 'Lyon.')
+    """
+    out: dict[str, None] = {}
+    for d in documents:
+        text = str(d.get("content", "")).strip()
+        if text:
+            out.setdefault(text, None)
+    return tuple(out)
+
+
+def fit_passages(
+    auditor: Any, passages: Sequence[str], query: str = "", answer: str | None = None
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """:func:`fit_context` on the passages joined, cut passage-wise: the passages whose text is
+    kept whole, then the kept head of the one the cut falls in; the rest are dropped. The record
+    says how many passages are kept (``passages``) of how many (``passages_given``)."""
+    from mnemoscope.features.passages import join_passages, passage_spans
+
+    full = join_passages(passages)
+    ctx, info = fit_context(auditor, full, query, answer)
+    kept = list(passages)
+    if info["truncated"]:
+        cut = min(len(ctx), len(full))  # the kept tokens' text: a head of full (its length if respelt)
+        kept = []
+        for p, (a, b) in zip(passages, passage_spans(passages), strict=True):
+            if b <= cut:
+                kept.append(p)
+                continue
+            if a < cut and full[a:cut].strip():
+                kept.append(full[a:cut].strip())
+            break
+    info["passages"], info["passages_given"] = len(kept), len(passages)
+    return tuple(kept), info
+
+
 _AUDIT_LOCK = threading.Lock()  # one model, two cores: audits from parallel chain steps run in turn
 
 # Audits made while the auditor's own model answered (Generator.complete): the handler that
@@ -201,6 +248,7 @@ def audit_pair(
     recorded and returned, or raised as :class:`AuditError` when ``strict``.
     """
     from mnemoscope.audit.auditor import AuditFailure, AuditRequest
+    from mnemoscope.features.passages import join_passages
     from mnemoscope.integrations import otel
 
     t0 = time.perf_counter()
@@ -208,6 +256,7 @@ def audit_pair(
     if run_id is not None:
         attrs["mnemoscope.run_id"] = run_id
     docs = [d for d in documents if str(d.get("content", "")).strip()]
+    passages = passages_of(docs)
     base = {
         "query": query,
         "answer": answer,
@@ -229,11 +278,13 @@ def audit_pair(
     info: dict[str, Any] = {}
     try:
         if prompts is not None:  # the LLM's own prompt: audited as it was, nothing cut
-            context = "\n\n".join(str(d["content"]) for d in docs)
+            context = join_passages(passages)
             info = {"chars": len(context), "truncated": False, "policy": "none: the prompt the LLM received"}
+            info["passages"] = info["passages_given"] = len(passages)
             info["prompt"] = dict(prompt_info or {})
         else:
-            context, info = fit_context(auditor, "\n\n".join(str(d["content"]) for d in docs), query, answer)
+            passages, info = fit_passages(auditor, passages, query, answer)
+            context = join_passages(passages)
             info["prompt"] = {"audited": "the profile's template", **(prompt_info or {})}
         attrs.update(
             {
@@ -253,7 +304,11 @@ def audit_pair(
             if reused is not None:  # audited while the auditor's own model answered: no second pass
                 res, t_start, t_end = reused
                 otel.emit_audit_span(
-                    res, AuditRequest(context, query), auditor=auditor, start_ns=t_start, end_ns=t_end
+                    res,
+                    AuditRequest(context, query, passages=passages or None),
+                    auditor=auditor,
+                    start_ns=t_start,
+                    end_ns=t_end,
                 )
             else:
                 with _AUDIT_LOCK:
@@ -265,6 +320,7 @@ def audit_pair(
                                 answer=answer,
                                 prompts=prompts,
                                 prompt_info=prompt_info,
+                                passages=passages or None,  # none left after a cut to 0 tokens
                             )
                         ]
                     )

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: verdict sources in display order (an unknown source from a newer version is appended)
-SOURCES: tuple[str, ...] = ("context", "memory", "mixed", "undetermined")
+SOURCES: tuple[str, ...] = ("context", "memory", "mixed", "undetermined", "unsupported")
 #: token sources in the page's index order (``query``: a word copied from the query, neither memory
 #: nor context; an unknown source shows as neutral)
 TOKEN_SOURCES: tuple[str, ...] = ("context", "memory", "neutral", "query")

@@ -11,7 +11,7 @@ from __future__ import annotations
 __all__ = ["CSS", "JS"]
 
 CSS = """
-:root{--ctx:#2f7d4f;--mem:#c2410c;--mix:#7c3aed;--und:#6b7280;--bg:#fafaf9;--fg:#1c1917;--line:#e7e5e4}
+:root{--ctx:#2f7d4f;--mem:#c2410c;--mix:#7c3aed;--und:#6b7280;--uns:#be123c;--bg:#fafaf9;--fg:#1c1917;--line:#e7e5e4}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg)}
 header{padding:14px 22px;background:#fff;border-bottom:1px solid var(--line)}
@@ -46,7 +46,7 @@ table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
 .grid tbody tr{cursor:pointer}.grid tbody tr:hover{background:#f5f5f4}.grid tbody tr.sel{background:#e0f2fe}
 .num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;font-weight:600;white-space:nowrap}
-.b-context{background:var(--ctx)}.b-memory{background:var(--mem)}.b-mixed{background:var(--mix)}.b-undetermined,.b-other{background:var(--und)}
+.b-context{background:var(--ctx)}.b-memory{background:var(--mem)}.b-mixed{background:var(--mix)}.b-unsupported{background:var(--uns)}.b-undetermined,.b-other{background:var(--und)}
 .answer{font-size:15px;line-height:1.7;padding:8px 10px;border:1px solid var(--line);border-radius:6px;background:#fcfcfb;white-space:pre-wrap;overflow-wrap:anywhere;unicode-bidi:plaintext}
 .tok-context{background:#dcfce7;border-bottom:2px solid var(--ctx)}
 .tok-memory{background:#ffedd5;border-bottom:2px solid var(--mem)}
@@ -75,7 +75,7 @@ JS = r"""
   }
   function fmt(x, d) { return x === null || x === undefined ? "n/a" : Number(x).toFixed(d === undefined ? 3 : d); }
   function badge(src) {
-    var known = ["context", "memory", "mixed", "undetermined"].indexOf(src) >= 0;
+    var known = ["context", "memory", "mixed", "undetermined", "unsupported"].indexOf(src) >= 0;
     return el("span", "badge b-" + (known ? src : "other"), src);
   }
   function load() {

@@ -32,6 +32,7 @@ COLOURS = {
     "memory": "#c2410c",
     "mixed": "#7c3aed",
     "undetermined": "#6b7280",
+    "unsupported": "#be123c",
     "not recorded": "#a3a3a3",
 }
 _E = html.escape

@@ -24,6 +24,7 @@ __all__ = [
     "NID_LEVEL",
     "SCHEMA_VERSION",
     "SOURCES",
+    "SOURCE_COLUMNS",
     "LogBase",
     "ProofUnavailable",
     "StorageError",
@@ -34,7 +35,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-SOURCES = ("context", "memory", "mixed", "undetermined")
+SOURCES = ("context", "memory", "mixed", "undetermined", "unsupported")
+#: the state row's counter column of each source (a log made before a source existed gets the column
+#: on its next writable open: ``ALTER TABLE ... DEFAULT 0``; a read-only view reads it as 0)
+SOURCE_COLUMNS = tuple(f"n_{s}" for s in SOURCES)
 ADVISORY_KEY = 0x6D6E656D6F  # "mnemo": serialises schema changes between replicas
 NID_LEVEL = 1 << 48  # node id = level * 2**48 + index
 
@@ -76,7 +80,8 @@ def ddl(pg: bool) -> list[str]:
             head {blob} NOT NULL,
             compact {blob} NOT NULL,
             n_context {big} NOT NULL, n_memory {big} NOT NULL, n_mixed {big} NOT NULL,
-            n_undetermined {big} NOT NULL, n_memory_flag {big} NOT NULL, n_anomaly {big} NOT NULL)""",
+            n_undetermined {big} NOT NULL, n_memory_flag {big} NOT NULL, n_anomaly {big} NOT NULL,
+            n_unsupported {big} NOT NULL DEFAULT 0)""",
         f"""CREATE TABLE IF NOT EXISTS log_keys (
             verifier TEXT PRIMARY KEY,
             name TEXT NOT NULL,
@@ -128,6 +133,7 @@ class LogBase:
     origin: str
     _legacy_cols: bool
     _cp_cols: set[str]
+    _state_cols: set[str]
     _q: str
 
     def _sql(self, s: str) -> str:
@@ -228,6 +234,7 @@ class LogBase:
         self.origin = meta.get("origin", "")
         self._legacy_cols = "anomaly_flag" in self._columns("audits")
         self._cp_cols = self._columns("checkpoints")
+        self._state_cols = self._columns("log_state") if self._has_table("log_state") else set()
 
     def _need_v2(self, what: str) -> None:
         if self.schema_version < SCHEMA_VERSION:
@@ -246,6 +253,11 @@ class LogBase:
             for col, typ in (("source", "TEXT"), ("memory_flag", "INTEGER")):
                 if col not in self._columns("audits"):
                     self._exec(f"ALTER TABLE audits ADD COLUMN {col} {typ}")
+            state_cols = self._columns("log_state")
+            for col in SOURCE_COLUMNS:  # a source added since the log was made (e.g. unsupported)
+                if col not in state_cols:
+                    self._exec(f"ALTER TABLE log_state ADD COLUMN {col} {'BIGINT' if self._pg else 'INTEGER'} "
+                               "NOT NULL DEFAULT 0")  # fmt: skip
             cp_cols = self._columns("checkpoints")
             for col, typ in (("note", "TEXT"), ("compact", "BYTEA" if self._pg else "BLOB")):
                 if col not in cp_cols:
@@ -304,8 +316,8 @@ class LogBase:
             self._many("INSERT INTO nodes (nid, hash) VALUES (?, ?)", nodes)
             last = int(rows[-1][0])
         self._exec(
-            "INSERT INTO log_state (id, tree_size, head, compact, n_context, n_memory, n_mixed, n_undetermined, "
-            "n_memory_flag, n_anomaly) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO log_state (id, tree_size, head, compact, {', '.join(SOURCE_COLUMNS)}, "
+            f"n_memory_flag, n_anomaly) VALUES (1, ?, ?, ?, {', '.join('?' * len(SOURCES))}, ?, ?)",
             (cr.size, head, cr.to_bytes(), *(counts[s] for s in SOURCES), n_flag, n_anom),
         )
 

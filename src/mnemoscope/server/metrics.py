@@ -1,7 +1,7 @@
 """Prometheus metrics of one app instance (its own registry, served at ``/metrics``).
 
 Verdicts are counted as the audit decided them: ``mnemoscope_verdicts_total`` by ``source``
-(context | memory | mixed | undetermined) and ``memory_flag`` (the rule's flag, the one the
+(context | memory | mixed | undetermined | unsupported) and ``memory_flag`` (the rule's flag, the one the
 profile's guarantee is about). CRM's LTS anomaly rule is not counted (it is secondary, see
 ``crm`` in each audit).
 
@@ -22,7 +22,7 @@ from mnemoscope.stats.drift import DEFAULT_ALPHA, DEFAULT_WINDOW, DriftMonitor
 
 __all__ = ["SOURCES", "DriftWatch", "ServerMetrics"]
 
-SOURCES = ("context", "memory", "mixed", "undetermined")
+SOURCES = ("context", "memory", "mixed", "undetermined", "unsupported")
 
 
 class ServerMetrics:

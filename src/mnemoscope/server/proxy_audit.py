@@ -15,6 +15,14 @@ Record statuses: ``audited``; ``undetermined`` (the context could not be located
 ``refused`` (a layout the profile was not calibrated for); ``skipped`` (shed: queue full);
 ``failed`` (upstream error, cut stream, client gone, audit error: ``error`` says which).
 
+**Passages.** The located context is split into the documents it holds by the one split rule,
+:func:`mnemoscope.features.passages.split_passages` (labelled ``[1]``/``Document 1:`` blocks, a
+numbered or bulleted list, or blank-line-separated blocks; :func:`located_passages`). The
+context stays exactly as located (the prompts are the application's, already rendered); the
+passages are verbatim slices of it and go with the request as ``AuditRequest.passages`` (the
+contract for pre-rendered prompts: each passage is in the context, in order). A context of one
+block, or whose blocks repeat a text, is audited as one context (``passages`` unset), as before.
+
 Every record :func:`audit_app_prompt` writes (the context was located: ``audited``, ``refused``,
 or ``failed`` in the audit) also carries the request's skeleton, ``prompt_template``
 (:func:`template_record`): its messages with ``{context}`` and ``{query}`` in place of the
@@ -35,7 +43,7 @@ from mnemoscope.audit.layout import LayoutMismatch, Located, check_layout
 from mnemoscope.audit.prompt_match import NOT_CALIBRATED_NOTE, app_prompt_of, skeleton_of
 from mnemoscope.errors import InputError
 
-__all__ = ["AuditQueue", "audit_app_prompt", "base_record", "summary", "template_record"]
+__all__ = ["AuditQueue", "audit_app_prompt", "base_record", "located_passages", "summary", "template_record"]
 
 
 def base_record(aid: str, meta: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
@@ -71,6 +79,23 @@ def template_record(
     d = sk.to_dict()
     d.pop("source", None)
     return {"prompt_template": d}
+
+
+def located_passages(context: str) -> tuple[str, ...] | None:
+    """The passages of a located context (:func:`~mnemoscope.features.passages.split_passages`),
+    or ``None`` when it holds fewer than two, or the same text twice (then it is one context).
+
+    >>> located_passages("[1] Paris is in France.\\n[2] Lyon is on the Rhone.")
+    ('[1] Paris is in France.', '[2] Lyon is on the Rhone.')
+    >>> located_passages("One document only.") is None
+    True
+    """
+    from mnemoscope.features.passages import split_passages
+
+    ps = tuple(split_passages(context))
+    if len(ps) < 2 or len(set(ps)) < len(ps):
+        return None
+    return ps
 
 
 def summary(rec: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +184,7 @@ def audit_app_prompt(
                     prompts=(p_with, p_without),
                     prompt_info={"layout": lay, "chat_template": pc.template.source},
                     served_logprobs=served,
+                    passages=located_passages(located.context),
                 )
             ]
         )

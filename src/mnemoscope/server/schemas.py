@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = [
     "AuditIn",
@@ -32,10 +32,31 @@ class AuditOptions(BaseModel):
     )
 
 
-class AuditIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _one_context(schema: dict[str, Any]) -> None:
+    """The body's JSON schema says what the validator checks: exactly one of context and passages,
+    neither null, passages distinct and not blank (so generated valid bodies are valid)."""
+    props = schema.get("properties", {})
+    for name in ("context", "passages"):
+        f = props.get(name, {})
+        kept = [x for x in f.pop("anyOf", []) if x.get("type") != "null"]
+        if kept:
+            f.update(kept[0])
+        f.pop("default", None)
+    if "passages" in props:
+        props["passages"]["items"] = {"type": "string", "pattern": "\\S"}
+        props["passages"]["uniqueItems"] = True
+    schema["oneOf"] = [{"required": ["context"]}, {"required": ["passages"]}]
 
-    context: str = Field(..., max_length=200_000, description="the retrieved context (may be empty)")
+
+class AuditIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_context)
+
+    context: str | None = Field(
+        None,
+        max_length=200_000,
+        description='the retrieved context (may be empty: "" is an explicit empty context); give it or '
+        "passages, not both",
+    )
     query: str = Field(..., min_length=1, max_length=20_000, description="the user's query")
     answer: str | None = Field(
         None,
@@ -45,6 +66,34 @@ class AuditIn(BaseModel):
         "it is teacher-forced with and without the context (capped by the server's max_answer_tokens)",
     )
     options: AuditOptions | None = None
+    passages: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=1_000,
+        description="the retrieved passages, in retrieval order (instead of context): the context is them "
+        "joined by a blank line (mnemoscope.features.passages.join_passages); each non-blank, none twice",
+        validate_default=True,
+    )
+
+    @field_validator("passages")
+    @classmethod
+    def _passages(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        """Exactly one of context and passages; passages checked by the audit's own rule
+        (``check_passages``). Errors sit at ``passages`` (a 422 naming the field)."""
+        from mnemoscope.audit.requests import check_passages
+        from mnemoscope.errors import InputError
+
+        context = info.data.get("context")
+        if v is None:
+            if context is None:
+                raise ValueError('give context (a string; "" for an explicit empty context) or passages')
+            return v
+        if context is not None:
+            raise ValueError("give either context or passages, not both (the context is the passages joined)")
+        try:
+            return list(check_passages(v))
+        except InputError as e:
+            raise ValueError(e.reason) from None
 
 
 class BatchIn(BaseModel):
@@ -167,7 +216,8 @@ class AuditOut(BaseModel):
     id: str
     created_at: float
     source: str = Field(
-        ..., description="where the answer came from: context | memory | mixed | undetermined"
+        ...,
+        description="where the answer came from: context | memory | mixed | undetermined | unsupported",
     )
     memory_flag: bool | None = Field(
         ...,
@@ -276,7 +326,9 @@ class StatsOut(BaseModel):
     profile: dict[str, Any]
     n_audits: int
     by_source: dict[str, int] = Field(
-        ..., description="stored audits by where the answer came from (context, memory, mixed, undetermined)"
+        ...,
+        description="stored audits by where the answer came from (context, memory, mixed, undetermined, "
+        "unsupported)",
     )
     n_memory_flag: int = Field(..., description="stored audits the rule flagged as memory")
     memory_flag_rate: float | None

@@ -56,6 +56,7 @@ from mnemoscope.server.ledger import (
 from mnemoscope.server.log_checks import LogChecks
 from mnemoscope.server.log_schema import (
     NID_LEVEL,
+    SOURCE_COLUMNS,
     SOURCES,
     ProofUnavailable,
     StorageError,
@@ -136,7 +137,7 @@ class AuditStore(LogChecks):
 
     def _state_for_update(self) -> tuple[int, bytes, CompactRange, list[int]]:
         row = self._exec(
-            "SELECT tree_size, head, compact, n_context, n_memory, n_mixed, n_undetermined, n_memory_flag, "
+            f"SELECT tree_size, head, compact, {', '.join(SOURCE_COLUMNS)}, n_memory_flag, "
             "n_anomaly FROM log_state WHERE id = 1" + (" FOR UPDATE" if self._pg else "")
         ).fetchone()
         if row is None:
@@ -215,8 +216,8 @@ class AuditStore(LogChecks):
             for level, idx, h in cr.append(lh):
                 nodes.append((level * NID_LEVEL + idx, h))
             counters[SOURCES.index(src)] += 1
-            counters[4] += int(flag)
-            counters[5] += int(anomaly)
+            counters[len(SOURCES)] += int(flag)
+            counters[len(SOURCES) + 1] += int(anomaly)
             seqs.append(seq)
             prev = eh
             if seq % self.checkpoint_every == 0:
@@ -238,8 +239,9 @@ class AuditStore(LogChecks):
                 cps,
             )
             self._exec(
-                "UPDATE log_state SET tree_size = ?, head = ?, compact = ?, n_context = ?, n_memory = ?, "
-                "n_mixed = ?, n_undetermined = ?, n_memory_flag = ?, n_anomaly = ? WHERE id = 1",
+                "UPDATE log_state SET tree_size = ?, head = ?, compact = ?, "
+                + "".join(f"{c} = ?, " for c in SOURCE_COLUMNS)
+                + "n_memory_flag = ?, n_anomaly = ? WHERE id = 1",
                 (cr.size, prev, cr.to_bytes(), *counters),
             )
         return seqs
@@ -349,10 +351,12 @@ class AuditStore(LogChecks):
         """Counts by source and of memory flags (kept in the state row: O(1)) and recent latencies."""
         self._need_v2("counts")
 
+        # a read-only view of a log made before a source existed counts it as 0
+        src_cols = ", ".join(c if c in self._state_cols else "0" for c in SOURCE_COLUMNS)
+
         def q() -> Any:
             row = self._exec(
-                "SELECT tree_size, n_context, n_memory, n_mixed, n_undetermined, n_memory_flag, n_anomaly "
-                "FROM log_state WHERE id = 1"
+                f"SELECT tree_size, {src_cols}, n_memory_flag, n_anomaly FROM log_state WHERE id = 1"
             ).fetchone()
             lat = self._exec(
                 "SELECT latency_ms FROM audits WHERE seq > ? AND latency_ms IS NOT NULL",
@@ -361,13 +365,14 @@ class AuditStore(LogChecks):
             return row, lat
 
         row, lat = self._read(q)
-        by_source = dict(zip(SOURCES, (int(x) for x in row[1:5]), strict=True))
+        k = len(SOURCES)
+        by_source = dict(zip(SOURCES, (int(x) for x in row[1 : 1 + k]), strict=True))
         return {
             "n": int(row[0]),
             "by_source": by_source,
-            "n_memory_flag": int(row[5]),
+            "n_memory_flag": int(row[1 + k]),
             "n_memorized": by_source["memory"],
-            "n_anomalies": int(row[6]),
+            "n_anomalies": int(row[2 + k]),
             "recent_latency_ms": [float(r[0]) for r in lat],
         }
 

@@ -39,15 +39,27 @@ log = logging.getLogger(__name__)
 
 
 def _audit_inputs(path: Path) -> Iterable[tuple[int, Any]]:
-    """JSONL lines, or Parquet rows turned into JSON lines: both go through the local reader's checks."""
+    """JSONL lines, or Parquet rows turned into JSON lines: both go through the local reader's checks.
+
+    A Parquet file's columns are its schema, not a record's choice: only the record fields
+    (``AUDIT_RECORD_FIELDS``) are read, and the other columns (e.g. a label, or the index column a
+    dataframe writes) are named once in a warning instead of failing every row."""
     from mnemoscope.audit.auditor import parse_audit_lines, read_audit_inputs
+    from mnemoscope.audit.requests import AUDIT_RECORD_FIELDS
 
     if path.suffix.lower() not in (".parquet", ".pq"):
         return read_audit_inputs(path)
     import pyarrow.parquet as pq
 
+    names = pq.ParquetFile(path).schema_arrow.names
+    other = [c for c in names if c not in AUDIT_RECORD_FIELDS]
+    if other:
+        log.warning("%s: columns not read (a record has only %s): %s", path, ", ".join(AUDIT_RECORD_FIELDS),
+                    ", ".join(other))  # fmt: skip
+    columns = [c for c in names if c in AUDIT_RECORD_FIELDS]
+
     def lines() -> Iterable[bytes]:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096, columns=columns):
             for row in batch.to_pylist():
                 clean = {k: v for k, v in row.items() if v is not None or k == "id"}
                 yield json.dumps(clean, ensure_ascii=False, default=str).encode("utf-8")

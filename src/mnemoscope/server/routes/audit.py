@@ -28,8 +28,12 @@ def job_of(item: AuditIn, settings: ServerSettings) -> Job:
         raise HTTPException(
             422, f"options.max_new_tokens is {T}; the limit is {settings.max_new_tokens_limit}"
         )
+    if item.passages is not None:  # checked by AuditIn (exactly one of context and passages)
+        req = AuditRequest.from_passages(item.passages, item.query, answer=item.answer, max_new_tokens=T)
+    else:
+        req = AuditRequest(item.context or "", item.query, answer=item.answer, max_new_tokens=T)
     return Job(
-        AuditRequest(item.context, item.query, answer=item.answer, max_new_tokens=T),
+        req,
         True if opts is None else opts.return_generation,
     )
 
@@ -59,7 +63,7 @@ async def run_jobs(items: list[AuditIn], run: Running) -> list[Any]:
 
 @router.post("/v1/audit", response_model=AuditOut, response_model_exclude_unset=True)
 async def audit(item: AuditIn, run: Ready) -> Any:
-    """Audit one (context, query): where the answer came from (source, memory_flag, p_memory,
+    """Audit one (context or passages, query): where the answer came from (source, memory_flag, p_memory,
     evidence, guarantee, token spans; CRM under ``crm``). With ``answer`` the given answer is
     scored instead of generating one. Stored before it returns."""
     (res,) = await run_jobs([item], run)

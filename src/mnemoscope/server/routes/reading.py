@@ -13,7 +13,7 @@ from mnemoscope.server.schemas import AuditOut, ErrorOut, HistoryOut
 
 __all__ = ["router"]
 
-Source = Literal["context", "memory", "mixed", "undetermined"]
+Source = Literal["context", "memory", "mixed", "undetermined", "unsupported"]
 
 router = APIRouter(dependencies=KEY_REQUIRED, responses=READ_ERRORS, tags=["log"])
 

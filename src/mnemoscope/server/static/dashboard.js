@@ -5,7 +5,7 @@
 (function () {
   const { state, setKey, api, probeAnonymous, fmt, num, esc } = window.mnemo;
   const $ = (id) => document.getElementById(id);
-  const SOURCES = ["context", "memory", "mixed", "undetermined"];
+  const SOURCES = ["context", "memory", "mixed", "undetermined", "unsupported"];
   let profile = null;
   let last = null;
   let shownFirst = false;
