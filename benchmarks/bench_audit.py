@@ -67,7 +67,7 @@ def main() -> None:
     for T in (32, 64):
         for bs in (1, 8):
             tracer.batch_size = bs
-            auditor.batch_size = bs
+            auditor.backend.batch_size = bs
             cfg = auditor.profile.pair_config(T)
             prepared = [prepare_pair(tracer, it, cfg) for it in items]
             groups = [prepared[i : i + bs] for i in range(0, len(prepared), bs)]
