@@ -11,6 +11,16 @@ A backend turns checked requests into ``(PairTrace, answer pieces)``; everything
   (:func:`mnemoscope.trace.endpoint.trace_endpoint_pair`), records traced concurrently, the
   black-box signals only. Caps in characters (the server enforces its own window).
 
+**Passages** (``AuditRequest.passages``): the context is their join
+(:func:`~mnemoscope.features.passages.join_passages`) and the trace carries them
+(``PairTrace.passages``). In process, an audit of two or more passages also scores the answer
+with each passage that states an answer-bearing phrase left out
+(:func:`~mnemoscope.features.facts.passages_to_ablate`, at most ``max_ablations`` of them), all
+audits of a run in one batch (:func:`~mnemoscope.trace.ablation.score_ablations`):
+``PairTrace.passage_ablated`` / ``passage_logprobs``, and ``trace.backend["passage_ablation"]``
+says what was done. Over an endpoint the passages are carried but not ablated
+(``passage_ablation: "not measured on this backend"`` in the result).
+
 The interface (:class:`Backend`): ``prepare(i, request)`` checks a request (text, caps) and
 returns what ``run`` needs or an :class:`~mnemoscope.audit.requests.AuditFailure`;
 ``run(prepared)`` returns, aligned, a ``(trace, pieces)`` or a failure per item; ``pieces(trace)``
@@ -20,6 +30,7 @@ decodes an answer; ``model_info``, ``identity_settings``, ``limits``, ``result_f
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +39,7 @@ from mnemoscope.audit.profile import AuditProfile, ProfileError
 from mnemoscope.audit.requests import AuditFailure, AuditRequest, check_request
 from mnemoscope.audit.signals import answer_pieces
 from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
+from mnemoscope.features.passages import join_passages
 from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
@@ -50,6 +62,24 @@ __all__ = [
 
 #: one item of :meth:`Backend.run`: the paired trace and the text each answer token adds, or why not
 Traced = tuple[PairTrace, list[str]] | AuditFailure
+
+#: what an endpoint result says of passages it carried (leave-one-passage-out needs the model in process)
+NOT_MEASURED = "not measured on this backend"
+#: why an in-process audit of the caller's own prompts leaves no passage out
+SKIPPED_PROMPTS = "the prompts were rendered by the caller: passages cannot be left out of them"
+
+
+def request_passages(req: AuditRequest) -> tuple[str, ...] | None:
+    """The request's passages (``None`` when it gave one context string)."""
+    passages = getattr(req, "passages", None)
+    return None if passages is None else tuple(str(p) for p in passages)
+
+
+def request_context(req: AuditRequest) -> str:
+    """The context the model reads: the join of the passages when given, else ``req.context``; with
+    the caller's own prompts (``req.prompts``) always ``req.context``, the text located in them."""
+    passages = request_passages(req)
+    return join_passages(passages) if passages is not None and req.prompts is None else req.context
 
 
 class Backend(Protocol):
@@ -124,6 +154,10 @@ class LocalBackend:
         hidden: trace the hidden states (CRM's signals read them); default: when the profile holds
             CRM. :class:`~mnemoscope.audit.auditor.Auditor` passes
             :meth:`~mnemoscope.audit.profile.AuditProfile.needs_hidden_states`.
+        max_ablations: at most this many passages left out per audit (module doc); when more state
+            an answer-bearing phrase, the first ``max_ablations`` of
+            :func:`~mnemoscope.features.facts.passages_to_ablate` are scored and the trace says
+            which were not (``backend["passage_ablation"]["dropped"]``, and a note).
     """
 
     name = "local"
@@ -141,8 +175,13 @@ class LocalBackend:
         max_answer_tokens: int = 256,
         batch_size: int = 8,
         hidden: bool | None = None,
+        max_ablations: int = 8,
     ):
         from mnemoscope.trace.tracer import Tracer
+
+        if max_ablations < 0:
+            raise InputError("max_ablations must be >= 0", field="max_ablations")
+        self.max_ablations = int(max_ablations)
 
         profile.check_model(lm.info)
         #: whether this backend traces hidden states (the CRM signals and rule read them)
@@ -174,7 +213,9 @@ class LocalBackend:
     def _count(self, text: str) -> int:
         return len(self.tracer.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def prepare(self, i: int, req: AuditRequest) -> tuple[Any, list[int] | None, int] | AuditFailure:
+    def prepare(
+        self, i: int, req: AuditRequest
+    ) -> tuple[Any, list[int] | None, int, tuple[str, ...] | None] | AuditFailure:
         from mnemoscope.trace.pair import PairItem, prepare_pair
 
         rid = req.id if req.id is not None else str(i)
@@ -182,8 +223,10 @@ class LocalBackend:
         if bad is not None:
             return bad
         T = req.max_new_tokens or self.profile.max_new_tokens
+        passages = request_passages(req)
+        context = request_context(req)
         for text, name, cap in (
-            (req.context, "context", self.max_context_tokens),
+            (context, "context", self.max_context_tokens),
             (req.query, "query", self.max_query_tokens),
         ):
             n = self._count(text)
@@ -208,12 +251,12 @@ class LocalBackend:
             else:
                 prepared = prepare_pair(
                     self.tracer,
-                    PairItem(rid, req.context, req.query),
+                    PairItem(rid, context, req.query),
                     self.profile.pair_config(T, hidden=self.hidden),
                 )
         except InputError as e:
             return failure_of(e)
-        return prepared, forced, T
+        return prepared, forced, T, passages
 
     def trace(self, prepared: Sequence[Any], forced: Sequence[list[int] | None], T: int) -> list[PairTrace]:
         """Decode a group of prepared pairs in lockstep (both paths, one generation)."""
@@ -223,12 +266,16 @@ class LocalBackend:
             self.tracer, prepared, self.profile.pair_config(T, hidden=self.hidden), forced_answers=forced
         )
 
-    def run(self, prepared: Sequence[tuple[Any, list[int] | None, int]]) -> list[Traced]:
+    def run(
+        self, prepared: Sequence[tuple[Any, list[int] | None, int, tuple[str, ...] | None]]
+    ) -> list[Traced]:
         """Trace the prepared pairs, grouped by answer length and forced/generated answers, in
-        batches of ``batch_size`` (the grouping decides the padding, so it is kept stable)."""
+        batches of ``batch_size`` (the grouping decides the padding, so it is kept stable); then
+        the passages' leave-one-out scoring of every trace of two or more passages, in one batch
+        (:meth:`ablate`)."""
         out: list[Traced | None] = [None] * len(prepared)
         groups: dict[tuple[int, bool], list[tuple[int, Any, list[int] | None]]] = {}
-        for j, (p, forced, T) in enumerate(prepared):
+        for j, (p, forced, T, _) in enumerate(prepared):
             groups.setdefault((T, forced is not None), []).append((j, p, forced))
         for (T, _), group in groups.items():
             for start in range(0, len(group), self.batch_size):
@@ -245,16 +292,127 @@ class LocalBackend:
                     continue
                 for j, _, _ in chunk:
                     out[j] = bad
-        return [o if o is not None else AuditFailure(500, "not traced") for o in out]
+        done = [o if o is not None else AuditFailure(500, "not traced") for o in out]
+        return self.ablate(done, [(p, ps) for p, _, _, ps in prepared])
+
+    def passages_to_ablate(self, trace: PairTrace, pieces: Sequence[str]) -> list[int]:
+        """The passages of ``trace`` that state an answer-bearing phrase (pure: the facts of the
+        traced answer found as the audit finds them, with the profile's selection,
+        :func:`~mnemoscope.features.facts.passages_to_ablate`), before the cap."""
+        from mnemoscope.audit.signals import answer_facts, selection_of
+        from mnemoscope.features.facts import passages_to_ablate
+
+        facts = answer_facts(
+            trace, pieces, margin=self.profile.token_margin, selection=selection_of(self.profile)
+        )
+        return [int(j) for j in passages_to_ablate(facts)]
+
+    def ablate(
+        self, traced: list[Traced], prepared: Sequence[tuple[Any, tuple[str, ...] | None]]
+    ) -> list[Traced]:
+        """Each trace with its passages (``PairTrace.passages``) and, for two or more, the answer scored
+        with each selected passage left out (module doc): ``passage_ablated``, ``passage_logprobs`` and
+        ``backend["passage_ablation"]`` = ``{"candidates", "ablated", "dropped", "max_ablations"}``, or
+        ``{"skipped": why}`` (the caller's own prompts), or ``{"error": ...}``. All traces' ablated
+        prompts are scored together; when that batch fails each trace is scored alone, and one that
+        still fails keeps its trace with the error recorded."""
+        from mnemoscope.trace.ablation import AblationJob, score_ablations
+        from mnemoscope.trace.pair import PreparedPair
+
+        out = list(traced)
+        jobs: list[tuple[int, AblationJob, dict[str, Any]]] = []
+        for j, (res, (p, passages)) in enumerate(zip(traced, prepared, strict=True)):
+            if isinstance(res, AuditFailure) or passages is None:
+                continue
+            t, pieces = res
+            t = dataclasses.replace(t, passages=passages)
+            out[j] = (t, pieces)
+            if len(passages) < 2:  # leaving the one passage out is the no-context path, traced already
+                continue
+            # the caller's own prompts (req.prompts): no renderer of ours can leave a passage out of them
+            rendered = self.profile.builder.build(join_passages(passages), t.query, self.tracer.tokenizer)
+            if not isinstance(p, PreparedPair) or p.prompt_with != rendered:
+                out[j] = (_with_ablation(t, {"skipped": SKIPPED_PROMPTS}), pieces)
+                continue
+            try:
+                candidates = self.passages_to_ablate(t, pieces)
+            except MnemoscopeError as e:
+                out[j] = (_with_ablation(t, {"error": f"{type(e).__name__}: {e}"}), pieces)
+                continue
+            keep = candidates[: self.max_ablations]
+            info = {
+                "candidates": candidates,
+                "ablated": keep,
+                "dropped": candidates[len(keep) :],
+                "max_ablations": self.max_ablations,
+            }
+            out[j] = (_with_ablation(t, info), pieces)
+            if keep:
+                job = AblationJob(
+                    query=t.query,
+                    passages=passages,
+                    ablate=tuple(keep),
+                    answer_ids=t.answer_ids,
+                    no_context=t.logprob_answer_without,
+                    id=t.id,
+                )
+                jobs.append((j, job, info))
+        if not jobs:
+            return out
+        builder = self.profile.builder
+        scored: list[Any]
+        try:
+            scored = score_ablations(self.tracer, builder, [job for _, job, _ in jobs])
+        except MnemoscopeError:
+            scored = []
+            for _, job, _ in jobs:  # one at a time: one bad job does not cost the others theirs
+                try:
+                    scored.append(score_ablations(self.tracer, builder, [job])[0])
+                except MnemoscopeError as e:
+                    scored.append(e)
+        for (j, job, info), lp in zip(jobs, scored, strict=True):
+            res = out[j]
+            assert not isinstance(res, AuditFailure)
+            t, pieces = res
+            if isinstance(lp, BaseException):
+                out[j] = (
+                    _with_ablation(t, {**info, "ablated": [], "error": f"{type(lp).__name__}: {lp}"}),
+                    pieces,
+                )
+            else:
+                out[j] = (dataclasses.replace(t, passage_ablated=job.ablate, passage_logprobs=lp), pieces)
+        return out
 
     def pieces(self, trace: PairTrace) -> list[str]:
         return answer_pieces(self.tracer.tokenizer, trace.answer_ids.tolist())
 
     def result_fields(self, trace: PairTrace) -> dict[str, Any]:
-        return {}
+        # an audit of passages says which were left out and scored (none otherwise: results as before)
+        info = _backend_of(trace).get("passage_ablation")
+        return {"passage_ablation": dict(info)} if info is not None else {}
 
     def notes(self, trace: PairTrace) -> list[str]:
-        return []
+        info = _backend_of(trace).get("passage_ablation") or {}
+        out = []
+        if info.get("dropped"):
+            out.append(
+                f"{len(info['candidates'])} passages state an answer-bearing phrase; only the first "
+                f"{info['max_ablations']} were left out and scored (max_ablations), not passages {info['dropped']}"
+            )
+        if info.get("error"):
+            out.append(f"the passages could not be left out and scored: {info['error']}")
+        if info.get("skipped"):
+            out.append(f"passages not left out: {info['skipped']}")
+        return out
+
+
+def _backend_of(trace: PairTrace) -> dict[str, Any]:
+    return dict(trace.backend) if isinstance(trace.backend, dict) else {}
+
+
+def _with_ablation(trace: PairTrace, info: dict[str, Any]) -> PairTrace:
+    """``trace`` with ``backend["passage_ablation"] = info``."""
+    return dataclasses.replace(trace, backend={**_backend_of(trace), "passage_ablation": info})
 
 
 # -- over an endpoint ------------------------------------------------------------------------------
@@ -354,7 +512,7 @@ class EndpointBackend:
         if bad is not None:
             return bad
         for text, name, cap in (
-            (req.context, "context", self.max_context_chars),
+            (request_context(req), "context", self.max_context_chars),
             (req.query, "query", self.max_query_chars),
         ):
             if len(text) > cap:
@@ -369,7 +527,18 @@ class EndpointBackend:
     def trace_one(self, rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
         """Trace one request; a profile that reads the closed-book answer gets it with the trace (of the
         profile's T tokens, made as calibration made it: :func:`~mnemoscope.audit.tracing.trace_records`
-        with ``closed_book``), so the audits' signal is the one the threshold was certified on."""
+        with ``closed_book``), so the audits' signal is the one the threshold was certified on.
+        Passages are carried on the trace, not left out (:data:`NOT_MEASURED`)."""
+        t, pieces = self._trace_one(rid, req)
+        passages = request_passages(req)
+        if passages is None:
+            return t, pieces
+        backend = _backend_of(t)
+        if len(passages) >= 2:
+            backend["passage_ablation"] = {"skipped": NOT_MEASURED}
+        return dataclasses.replace(t, passages=passages, backend=backend), pieces
+
+    def _trace_one(self, rid: str, req: AuditRequest) -> tuple[PairTrace, list[str]]:
         cb = self.profile.max_new_tokens if self.profile.reads_closed_book else None
         if req.prompts is not None:
             p_with, p_without = req.prompts
@@ -381,7 +550,7 @@ class EndpointBackend:
                 self.settings.pair_config,
                 answer=req.answer,
                 max_new_tokens=req.max_new_tokens,
-                context=req.context,
+                context=request_context(req),
                 query=req.query,
                 template={"prerendered": True, **(req.prompt_info or {})},
                 served=req.served_logprobs,
@@ -390,7 +559,7 @@ class EndpointBackend:
         return trace_endpoint_pair(
             self.client,
             rid,
-            req.context,
+            request_context(req),
             req.query,
             self.settings.pair_config,
             answer=req.answer,
@@ -420,11 +589,23 @@ class EndpointBackend:
             # answer positions whose log-prob is an upper bound (the token was outside the top-k)
             "bounded": bool(backend.get("bounded", False)),
             "bounded_positions": dict(backend.get("bounded_positions") or {}),
+            # passages are not left out over an endpoint (module doc): said, not silent
+            **(
+                {"passage_ablation": NOT_MEASURED}
+                if trace.passages is not None and len(trace.passages) >= 2
+                else {}
+            ),
         }
 
     def notes(self, trace: PairTrace) -> list[str]:
         backend = trace.backend if isinstance(trace.backend, dict) else {}
+        ablation = (
+            ["over an endpoint: the passages are not left out one by one (passage_ablation not measured)"]
+            if trace.passages is not None and len(trace.passages) >= 2
+            else []
+        )
         return [
             *[str(n) for n in backend.get("notes", [])],
             "over an endpoint: hidden-state signals (CRM, SCAR, RADAR) are not measured",
+            *ablation,
         ]

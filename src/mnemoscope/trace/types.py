@@ -107,6 +107,16 @@ class PairTrace:
             (:mod:`mnemoscope.trace.endpoint`) ``{"kind": "endpoint", "endpoint", "model",
             "method", "kl_estimator", "k", "unmeasured", "notes"}``: hidden states are then
             ``None``, entropies NaN (not measured) and ``kl_steps`` the top-k estimate.
+            An in-process trace of passages records its leave-one-passage-out scoring under
+            ``"passage_ablation"`` (:mod:`mnemoscope.trace.ablation`).
+        passages: the retrieved passages the context was joined from
+            (:func:`mnemoscope.features.passages.join_passages`; ``context`` equals their join),
+            ``None`` when the caller gave one context string.
+        passage_ablated: the indices ``j`` into ``passages`` that were left out and scored, in the
+            rows' order of ``passage_logprobs`` (empty: none was).
+        passage_logprobs: ``[len(passage_ablated) step]`` log p(y_t | context without passage j,
+            query, y_<t) of the same answer (teacher-forced, aligned like ``logprob_answer_with``);
+            ``None`` when no passage was ablated.
     """
 
     id: str
@@ -140,6 +150,17 @@ class PairTrace:
     template: dict[str, object] = field(default_factory=dict)
     answer_cut: dict[str, Any] | None = None
     backend: Any = field(default_factory=dict)  # dict[str, Any] (Any: constructors pass **arrays)
+    # typed Any like ``backend`` (constructors pass **arrays); __post_init__ makes them tuples
+    passages: Any = None  # tuple[str, ...] | None
+    passage_ablated: Any = ()  # tuple[int, ...]
+    passage_logprobs: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # a stored trace gives lists back (JSON); a caller may pass any sequence
+        if self.passages is not None and not isinstance(self.passages, tuple):
+            object.__setattr__(self, "passages", tuple(str(p) for p in self.passages))
+        if not isinstance(self.passage_ablated, tuple):
+            object.__setattr__(self, "passage_ablated", tuple(int(j) for j in self.passage_ablated))
 
     @property
     def n_steps(self) -> int:
