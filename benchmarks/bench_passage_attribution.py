@@ -605,6 +605,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="ContextCite generates its answer (default) or attributes mnemoscope's",
     )
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no new item after this many minutes (the summary covers the items done; --resume continues)",
+    )
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up item")
     return ap.parse_args(argv)
@@ -659,6 +665,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             cc_run(todo[0], None, 2)
     counter.take()
 
+    stopped_early = False
     with (
         rows_path.open("a", encoding="utf-8") as f,
         tqdm(
@@ -669,7 +676,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             file=sys.stderr,
         ) as bar,
     ):
+        t_run = time.perf_counter()
         for k, it in enumerate(todo):
+            if args.max_minutes is not None and time.perf_counter() - t_run > 60 * args.max_minutes:
+                stopped_early = True
+                break
             row: dict[str, Any] = {
                 "id": it["id"],
                 "gold_passage": it["gold_passage"],
@@ -745,6 +756,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             },
             "model_load_seconds": round(load_seconds, 2),
             "warmup": not args.no_warmup,
+            "max_minutes": args.max_minutes,
+            "stopped_at_time_budget": stopped_early,
         },
         "rows": str(rows_path.relative_to(ROOT) if rows_path.is_relative_to(ROOT) else rows_path),
         **summary,
