@@ -91,7 +91,7 @@ def _request(context: str, query: str, rid: str, passages: tuple[str, ...] | Non
 
 
 def _requests(items: list[dict[str, Any]], variant: str) -> list[Any]:
-    from mnemoscope.features.passages import join_passages
+    from mnemoscope.trace.passages import join_passages
 
     out = []
     for it in items:

@@ -1,4 +1,22 @@
-"""Build the audit profile shipped for the embedded default model.
+"""The previous method of building the audit profile shipped for the embedded default model.
+
+The shipped profile (``src/mnemoscope/data/profiles/smollm2-135m-instruct``) is now made by the
+product's own command, with the grounded verdict::
+
+    mnemoscope calibrate --threads 1 --input shipped:calibration+public --max-new-tokens 128 \
+        --per-class 400 --certify per-kind --out RUN_DIR/profile
+
+recorded with ``python benchmarks/calibration_results.py record NAME RUN_DIR`` (the card under
+``benchmarks/results/calibration/smollm2-135m-instruct-grounded-t128/``) and copied as written
+(``profile.json``, ``validation.json``, ``held_out.jsonl``; not the traces);
+``python benchmarks/profile_validation.py --check`` ties the shipped files to that card.
+
+This script still runs and reproduces the previous shipped profile (7efd33085a2a: T = 32, CRM,
+calibrated with ``held_out_fraction=0`` on the verified reliance items; its figures in
+``benchmarks/results/verdict/``). It writes into the shipped folder by default (``--out``), as
+``benchmarks/reliance_pipeline.sh``'s ``verdict_eval.py`` audits whatever is shipped there; to
+reproduce the previous figures end to end (its validation card and drift reference), run the
+pipeline on a checkout of cb0bdd2, the last commit that shipped that profile.
 
 1. Take the verified context-reliance items (``mnemoscope bench verify --chat --out runs/reliance-chat``):
    memorized/paraphrased items the model answers closed-book (label 1) and invented-entity

@@ -1,4 +1,11 @@
-"""Give the shipped default profile its drift reference: ``held_out.jsonl`` (issue 36).
+"""Give the previous shipped default profile its drift reference: ``held_out.jsonl`` (issue 36).
+
+The previous method, kept to reproduce the record of profile 7efd33085a2a (T = 32, CRM; built by
+``build_default_profile.py``). The shipped profile is now the output of ``mnemoscope calibrate``,
+which writes its own ``held_out.jsonl`` (calibrate's full rows); it is recorded under
+``benchmarks/results/calibration/`` (``benchmarks/profile_validation.py`` SHIPPED_CARD) and
+``python benchmarks/profile_validation.py --check`` ties the shipped rows to that card. This
+script refuses (exit 2) when the shipped profile is not the one its record describes.
 
 The shipped profile (``src/mnemoscope/data/profiles/smollm2-135m-instruct``) is calibrated with
 ``held_out_fraction=0`` on two thirds of the verified context-reliance items
@@ -144,8 +151,16 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args()
     out = PROFILE / "held_out.jsonl"
+    rec = json.loads(RECORD.read_text(encoding="utf-8"))
+    shipped = json.loads((PROFILE / "profile.json").read_text(encoding="utf-8"))["profile_hash"]
+    if shipped != rec["profile_hash"]:
+        print(
+            f"the shipped profile is {shipped[:12]}, not {rec['profile_hash'][:12]} ({RECORD.name}): its "
+            "held_out.jsonl is calibrate's own; check it with python benchmarks/profile_validation.py --check",
+            file=sys.stderr,
+        )
+        return 2
     if args.check:
-        rec = json.loads(RECORD.read_text(encoding="utf-8"))
         sha = hashlib.sha256(out.read_bytes()).hexdigest()
         ok = sha == rec["sha256"]
         print(f"{out}: {'matches' if ok else 'DIFFERS FROM'} {RECORD.name} (sha256 {sha[:16]})")

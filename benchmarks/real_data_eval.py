@@ -72,13 +72,12 @@ def answer_passage(audit: dict[str, Any], gold: list[str]) -> int | None:
 
 def truth_of(item: dict[str, Any], audit: dict[str, Any]) -> tuple[str | None, str]:
     """(``memory`` / ``context`` / ``None`` = dropped, the label check's reason)."""
-    from mnemoscope.bench.label_check import verify_labels
+    from mnemoscope.bench.label_check import check_item
 
     closed = (audit.get("evidence") or {}).get("closed_book_answer")
     if closed is None:
         return None, "no closed-book answer (the profile does not generate one)"
-    chk = verify_labels([item], {str(item["id"]): (audit["answer"], closed)})
-    d = chk.decisions[0]
+    d = check_item(item, closed, audit["answer"])
     if d.label is None:
         return None, d.reason
     return ("memory" if d.label == 1 else "context"), d.reason

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Regenerate the verdict's ground truth and every committed verdict number on the default model.
+# Regenerate the verdict's ground truth and every committed verdict number on the default model,
+# with the previous shipped profile (build_default_profile.py, T = 32, CRM). The shipped profile is
+# now a `mnemoscope calibrate` output (build_default_profile.py's docstring); step 3 replaces it,
+# and step 4's profile_validation.py / default_profile_held_out.py are the previous method's only
+# on a checkout of cb0bdd2 (the last commit that shipped that profile): run the pipeline there.
 # Heavy (about an hour on 2 CPU cores); every step resumes if interrupted.
 #   bash benchmarks/reliance_pipeline.sh [RUNS_DIR]      (default: runs/)
 #

@@ -199,7 +199,8 @@ README_TABLE = "## What each method tells you, measured"
 # A location is dot-separated keys, [i] list indices, and [key=value,...] picks the one list item
 # whose fields match (leaderboards are lists of {method, sibling, ...} rows).
 _REL = "reliance/leaderboard.json"
-_VER = "verdict/eval.json"
+# the shipped default profile's recorded calibration run (benchmarks/profile_validation.py SHIPPED_CARD)
+_SHIPPED = "calibration/smollm2-135m-instruct-grounded-t128/card.json"
 _MEM = "membership/leaderboard.json"
 _SHIFT = "shift/leaderboard.json"
 _SCAR = "scar/positive_control/summary.json"
@@ -239,23 +240,26 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.977", _REL, "[method=closed_book_logprob].roc_auc_ci[1]"),
     ],
     "the verdict (`audit`: p_memory, token spans)": [
-        ("104", _VER, "B_held_out.n"),
-        ("0.983", _VER, "B_held_out.auc.p_memory.auc"),
-        ("0.960", _VER, "B_held_out.auc.p_memory.ci[0]"),
-        ("0.999", _VER, "B_held_out.auc.p_memory.ci[1]"),
-        ("0", _VER, "B_held_out.combined_rule.false_flags"),
-        ("33", _VER, "B_held_out.n_context"),
-        ("0.76", _VER, "B_held_out.combined_rule.memory_recall"),
-        ("34", _VER, "B_held_out.guarantee.n_calibration"),
+        ("128", _SHIPPED, "profile.layout.max_new_tokens"),
+        ("289", _SHIPPED, "validation.held_out.n"),
+        ("0.991", _SHIPPED, "validation.auc.estimate"),
+        ("0.981", _SHIPPED, "validation.auc.ci[0]"),
+        ("0.998", _SHIPPED, "validation.auc.ci[1]"),
+        ("1", _SHIPPED, "validation.false_flags"),
+        ("152", _SHIPPED, "validation.held_out.n_context"),
+        ("0.88", _SHIPPED, "validation.memory_recall"),
+        ("0.82", _SHIPPED, "validation.accuracy_3way"),
+        ("0.93", _SHIPPED, "validation.accuracy_3way_clear"),
+        ("151", _SHIPPED, "profile.verdict.n_conformal"),
     ],
     "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
         "smollm2-135m-instruct-pc300", "0.996", "0.991", "1.000", "0.018", "0.93", "0.91"
     ),
     "the verdict, own calibration: Gemma-3-270m (base model, `--per-class 300`)": _card(
-        "gemma-3-270m-pc300", "0.998", "0.996", "1.000", "0.042", "0.99", "0.98"
+        "gemma-3-270m-pc300", "0.998", "0.996", "1.000", "0.042", "0.99", "0.97"
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct (`--per-class 300`)": _card(
-        "qwen2.5-coder-0.5b-instruct-pc300", "1.000", "0.999", "1.000", "0.037", "1.00", "0.98"
+        "qwen2.5-coder-0.5b-instruct-pc300", "1.000", "0.999", "1.000", "0.037", "1.00", "0.97"
     ),
     "the verdict, own calibration: Qwen2.5-Coder-0.5B-Instruct over llama-server (`--endpoint`, "
     "`--per-class 300`)": _card(

@@ -240,7 +240,13 @@ def test_a_profile_without_crm_loads_and_audits(no_crm: tuple[Any, Path]) -> Non
     res = auditor.audit([AuditRequest("Zor1 lies on Ka1.", "Where is Zor1?"), AuditRequest("", "Where?")])
     for r in res:
         d = r.to_dict()  # type: ignore[union-attr]
-        assert d["crm"] is None and d["source"] in ("context", "memory", "mixed", "unsupported", "undetermined")
+        assert d["crm"] is None and d["source"] in (
+            "context",
+            "memory",
+            "mixed",
+            "unsupported",
+            "undetermined",
+        )
         assert d["repcs"]["n_steps"] >= 1
     with pytest.raises(InputError, match=r"crm-anomaly rule reads CRM.*--with-crm"):
         Auditor(lm, prof, rule="crm-anomaly")

@@ -284,41 +284,45 @@ def test_reference_from_the_committed_held_out_rows() -> None:
 
 
 def test_the_shipped_default_profile_has_a_reference_sample() -> None:
-    """The default model's profile carries its held-out third audited with it
-    (``benchmarks/default_profile_held_out.py``): the file it recorded, tied to the profile by
-    validation.json's hash, reproducing that card's counts; ``serve`` and the proxy (both through
-    ``DriftWatch.watch``) watch drift for it instead of saying "no reference sample"."""
+    """The default model's profile carries its held-out third as ``mnemoscope calibrate`` wrote it
+    (the recorded run ``benchmarks/results/calibration/<SHIPPED_CARD>/``, byte for byte), tied to
+    the profile by validation.json's hash and reproducing that card's figures from its rows;
+    ``serve`` and the proxy (both through ``DriftWatch.watch``) watch drift for it instead of
+    saying "no reference sample"."""
     import hashlib
     import sys
     from types import SimpleNamespace
 
     from mnemoscope.audit.profile import load_profile
+    from mnemoscope.audit.validation import read_held_out, validation_from_rows
     from mnemoscope.cli.profile_cmd import shipped_default_profile
     from mnemoscope.server.metrics import DriftWatch
     from mnemoscope.server.profile_view import drift_reference
     from mnemoscope.server.proxy import ProxySettings, _drift_metrics
 
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from profile_validation import CARD_DIR
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
     folder = shipped_default_profile()
     prof = load_profile(folder)
     ref = drift_reference(prof)
-    rows = [json.loads(x) for x in (folder / "held_out.jsonl").read_text().splitlines() if x.strip()]
-    assert ref.n == len(rows) == 104 and list(ref.signals) == list(prof.verdict.selected_)
+    rows = read_held_out(folder)
+    n = prof.validation["held_out"]["n"]
+    assert ref.n == len(rows) == n > 100 and list(ref.signals) == list(prof.verdict.selected_)
     assert all(np.isfinite(v).all() for v in ref.signals.values())
-    rec = json.loads((ROOT / "benchmarks" / "results" / "verdict" / "held_out_build.json").read_text())
-    assert rec["profile_hash"] == prof.content_hash == prof.validation["profile_hash"]
-    assert rec["sha256"] == hashlib.sha256((folder / "held_out.jsonl").read_bytes()).hexdigest()
-    assert rec["bytes"] < 100_000  # only the fields drift and the card read
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from default_profile_held_out import agreement
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    assert agreement(rows, prof.validation)["equal"]
+    card = json.loads((CARD_DIR / "card.json").read_text())
+    assert card["profile"]["profile_hash"] == prof.content_hash == prof.validation["profile_hash"]
+    digest = hashlib.sha256((folder / "held_out.jsonl").read_bytes()).hexdigest()
+    assert digest == hashlib.sha256((CARD_DIR / "held_out.jsonl").read_bytes()).hexdigest()
+    fresh = validation_from_rows(rows, alpha=prof.validation["alpha"])
+    assert not [k for k in fresh if fresh[k] != prof.validation.get(k)]  # the card is its rows' figures
 
     watch = DriftWatch()
     watch.watch(prof)
     st = watch.status()
-    assert st["watched"] and st["state"] == NOT_ENOUGH and st["reference"]["n"] == 104
+    assert st["watched"] and st["state"] == NOT_ENOUGH and st["reference"]["n"] == n
     proxy_watch, _ = _drift_metrics(SimpleNamespace(profile=prof), {}, ProxySettings(upstream="http://x/v1"))
     assert proxy_watch.status()["watched"]
     # the package ships it

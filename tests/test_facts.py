@@ -149,8 +149,10 @@ def test_topk_entropy_is_a_lower_bound_with_the_tail_as_one_outcome() -> None:
         # a phrase no passage states is never context, whatever else holds
         (["added"], False, 0.3, "unsupported"),
         (["unsupported"], False, 0.1, "unsupported"),
-        (["memory", "unsupported"], False, 0.3, "unsupported"),
+        (["memory", "unsupported"], False, 0.3, "undetermined"),
         (["unsupported"], True, 0.99, "memory"),
+        # the flag fired, but the only phrase is stated by the context and needed: split evidence
+        (["context"], True, 0.9, "undetermined"),
         (["memory"], False, 0.7, "undetermined"),
         (["memory"], False, 0.2, "undetermined"),
         ([], False, 0.5, "undetermined"),
@@ -241,3 +243,46 @@ def test_the_closed_book_answer_decides_memory_when_it_was_generated() -> None:
     assert closed_book_agreement(f) == 0.0
     g = _facts(pieces, **kw, answer_without="It is a Calf.")
     assert g.words[0].source == "memory" and closed_book_agreement(g) == 1.0
+
+
+def test_rows_stored_before_the_grounded_verdict_still_load_and_are_never_context_unless_stated() -> None:
+    old = {
+        "words": [
+            {
+                "text": "Orwell",
+                "start": 7,
+                "end": 13,
+                "n_tokens": 2,
+                "source": "context",  # the old rule: raised by the context beyond the margin
+                "cb_rank": 5,
+                "cb_rank_bounded": False,
+                "cb_logratio": -3.0,
+                "greedy_cb": False,
+                "switched": True,
+                "cb_entropy": 1.0,
+                "pmi": 4.0,
+                "in_context": False,
+                "in_closed_book": False,
+            },
+            {**dict.fromkeys(("start", "end", "n_tokens", "cb_rank"), 1), "text": "Paris", "source": "added"}
+            | {
+                "cb_rank_bounded": False,
+                "cb_logratio": -3.0,
+                "greedy_cb": False,
+                "switched": False,
+                "cb_entropy": 1.0,
+                "pmi": 0.1,
+                "in_context": False,
+            },
+        ],
+        "fallback": False,
+        "k": 20,
+    }
+    f = AnswerFacts.from_dict(old)
+    assert [w.grounded for w in f.words] == ["unsupported", "unsupported"]
+    assert f.n_passages == 1 and f.selection == "facts" and f.words[0].passages == ()
+    src, why = decide_source_facts(f, memory_flag=False, p_memory=0.2)
+    assert src == "unsupported" and "Orwell" in why
+    # a new row round-trips, derived fields included in the JSON and ignored on load
+    d = f.to_dict()
+    assert d["words"][0]["grounded"] == "unsupported" and AnswerFacts.from_dict(d) == f

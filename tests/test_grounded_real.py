@@ -69,3 +69,28 @@ def test_a_lowercase_answer_term_is_answer_bearing(auditor: Auditor) -> None:
     texts = [w["text"].lower() for w in _words(spleen)]
     assert texts == ["spleen"], texts
     assert spleen.source in ("context", "memory", "undetermined"), spleen.summary
+
+
+def test_in_a_three_passage_context_the_phrase_is_traced_to_the_passage_that_states_it(
+    auditor: Auditor,
+) -> None:
+    passages = (
+        "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+        "Quenmar is a small town in the north. The river Zorblat runs through Quenmar.",
+        "Bread is baked from flour, water and yeast.",
+    )
+    # the answer a RAG app's model gave (this small model, generating, copies the first passage)
+    answer = "The river Zorblat runs through Quenmar."
+    r = auditor.audit(
+        [AuditRequest.from_passages(passages, "Which river runs through Quenmar?", answer=answer)]
+    )[0]
+    assert not hasattr(r, "status"), r
+    (w,) = [w for w in _words(r) if "Zorblat" in w["text"]]
+    assert w["passages"] == [1] and w["passage"] == 1 and w["grounded"] == "context"
+    # leave-one-passage-out: the model's belief in "Zorblat" rests on passage 2 (index 1)
+    assert w["passage_effect"] is not None and w["passage_effect"] > 0.69 and w["passage_needed"]
+    assert r.source == "context" and "passage 2" in r.summary, r.summary
+    assert r.extra["passage_ablation"]["ablated"] == [1]
+    # the same passages as one plain context: one passage, so no passage number is named
+    plain = auditor.audit_one("\n\n".join(passages), "Which river runs through Quenmar?", answer=answer)
+    assert plain.source == "context" and "passage" not in plain.summary

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from mnemoscope.errors import InputError
-from mnemoscope.features.passages import join_passages, without_passage
 from mnemoscope.trace.ablation import AblationJob, ablated_prompt, passage_logprobs, score_ablations
+from mnemoscope.trace.passages import join_passages, without_passage
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Tracer
 

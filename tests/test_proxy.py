@@ -188,7 +188,13 @@ def test_answer_unchanged_audit_in_header_field_and_log(llama_server, proxy):
     assert r.choices[0].logprobs is None
     assert any("from the served response" in n for n in r.model_extra["mnemoscope"]["notes"])
     head = json.loads(raw.headers["x-mnemoscope-audit"])
-    assert head["status"] == "audited" and head["source"] in ("context", "memory", "mixed", "unsupported", "undetermined")
+    assert head["status"] == "audited" and head["source"] in (
+        "context",
+        "memory",
+        "mixed",
+        "unsupported",
+        "undetermined",
+    )
     audit = r.model_extra["mnemoscope"]
     assert (
         audit["id"] == head["id"]

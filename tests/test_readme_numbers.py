@@ -37,7 +37,7 @@ def test_every_readme_number_matches_its_result_file(manifest, readme):
     assert manifest.check_readme(readme) == []
     rows = manifest.readme_rows(readme)
     assert len(rows) == len(manifest.README_NUMBERS) >= 8
-    assert sum(len(n) for _, n, _ in rows) == 70  # every number of the table is registered, not a sample
+    assert sum(len(n) for _, n, _ in rows) == 73  # every number of the table is registered, not a sample
 
 
 def test_a_drifted_number_fails(manifest, readme):
@@ -53,23 +53,24 @@ def test_a_changed_result_file_fails(manifest, readme, tmp_path):
 
     results = tmp_path / "results"
     shutil.copytree(manifest.RESULTS, results, ignore=shutil.ignore_patterns("*.jsonl", "*.png", "cache"))
-    path = results / "verdict" / "eval.json"
+    path = results / "calibration" / "smollm2-135m-instruct-grounded-t128" / "card.json"
     data = json.loads(path.read_text())
-    data["B_held_out"]["auc"]["p_memory"]["auc"] = 0.9641
+    data["validation"]["auc"]["estimate"] = 0.9641
     path.write_text(json.dumps(data))
     problems = manifest.check_readme(readme, results)
     assert problems == [
-        "row 'the verdict (`audit`: p_memory, token spans)': README says 0.983, verdict/eval.json "
-        "B_held_out.auc.p_memory.auc = 0.9641"
+        "row 'the verdict (`audit`: p_memory, token spans)': README says 0.991, "
+        "calibration/smollm2-135m-instruct-grounded-t128/card.json validation.auc.estimate = 0.9641"
     ]
 
 
 def test_an_unregistered_number_or_citation_fails(manifest, readme):
     extra = readme.replace("same items: 0.956", "same items (0.5 s each): 0.956", 1)
     assert any("README shows" in p and "'0.5'" in p for p in manifest.check_readme(extra))
-    uncited = readme.replace("| `verdict/eval.json` |", "| `reliance/leaderboard.json` |", 1)
+    card = "calibration/smollm2-135m-instruct-grounded-t128/card.json"
+    uncited = readme.replace(f"| `{card}` |", "| `reliance/leaderboard.json` |", 1)
     problems = manifest.check_readme(uncited)
-    assert any("comes from verdict/eval.json, which the row does not cite" in p for p in problems), problems
+    assert any(f"comes from {card}, which the row does not cite" in p for p in problems), problems
 
 
 def test_numbers_are_read_as_printed(manifest):

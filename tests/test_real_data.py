@@ -30,7 +30,7 @@ from mnemoscope.bench.public_data import (
 )
 from mnemoscope.bench.reliance import answer_matches
 from mnemoscope.errors import InputError
-from mnemoscope.features.passages import join_passages
+from mnemoscope.trace.passages import join_passages
 
 ARTICLES = {
     "Alpha_Town": [

@@ -28,20 +28,26 @@ def test_card_of_the_shipped_profile_shows_its_held_out_validation():
     assert card["data"]["n_memory"] == prof.header["data"]["n_memory"]
     assert card["verdict"]["certified"] is prof.verdict.certified_
     assert card["verdict"]["n_calibration"] == prof.verdict.n_conformal_
-    # the held-out figures are the committed evaluation's, copied not recomputed
-    ev = json.loads((Path(__file__).parents[1] / "benchmarks/results/verdict/eval.json").read_text())[
-        "B_held_out"
-    ]
+    # the held-out figures are the recorded calibration run's card (benchmarks/profile_validation.py
+    # SHIPPED_CARD, written by `calibration_results.py record`), copied not recomputed
+    rec = json.loads(
+        (
+            Path(__file__).parents[1]
+            / "benchmarks/results/calibration/smollm2-135m-instruct-grounded-t128/card.json"
+        ).read_text()
+    )
+    assert rec["profile"]["profile_hash"] == prof.content_hash
+    ev = rec["validation"]
     v = card["validation"]
     assert v["status"] == "measured"
-    assert v["auc"]["estimate"] == ev["auc"]["p_memory"]["auc"]
-    assert [v["auc"]["ci_low"], v["auc"]["ci_high"]] == ev["auc"]["p_memory"]["ci"]
-    assert v["false_flag_rate"] == ev["combined_rule"]["false_flag_rate"]
-    assert v["memory_recall"] == ev["combined_rule"]["memory_recall"]
-    assert sum(v["confusion"]["memory"].values()) == ev["n_memory"]
-    assert sum(v["confusion"]["context"].values()) == ev["n_context"]
+    assert v["auc"]["estimate"] == ev["auc"]["estimate"]
+    assert [v["auc"]["ci_low"], v["auc"]["ci_high"]] == ev["auc"]["ci"]
+    assert v["false_flag_rate"] == ev["false_flag_rate"]
+    assert v["memory_recall"] == ev["memory_recall"]
+    assert sum(v["confusion"]["memory"].values()) == ev["held_out"]["n_memory"]
+    assert sum(v["confusion"]["context"].values()) == ev["held_out"]["n_context"]
     text = render_text(card)
-    assert f"{ev['auc']['p_memory']['auc']:.3f}" in text and "confusion" in text
+    assert f"{ev['auc']['estimate']:.3f}" in text and "confusion" in text
 
 
 def test_card_without_validation_says_not_measured(tmp_path):
@@ -348,6 +354,180 @@ def test_markdown_escapes_cells_and_stays_short(tmp_path):
     assert len(md) < 3000
 
 
+def _words(*specs, n_passages: int = 3) -> dict:
+    """``evidence.answer_words`` of phrases ``(text, grounded, passage, passage_effect)``."""
+    words, pos = [], 0
+    for text, grounded, passage, effect in specs:
+        words.append(
+            {
+                "text": text,
+                "grounded": grounded,
+                "source": {"unsupported": "added"}.get(grounded, grounded),
+                "passages": [] if passage is None else [passage],
+                "passage": passage,
+                "passage_effect": effect,
+                "passage_needed": None if effect is None else effect > 0.69,
+                "in_closed_book": grounded == "memory",
+                "start": pos,
+                "end": pos + len(text),
+            }
+        )
+        pos += len(text) + 1
+    return {"words": words, "n_passages": n_passages, "selection": "grounded", "fallback": False, "k": 3}
+
+
+def _phrase_rows() -> list[dict]:
+    ev = {"repcs_z": 1.0, "tau": 2.0, "closed_book_logprob": -1.0, "context_token_fraction": 0.5}
+    return [
+        _row(
+            "p1",
+            "unsupported",
+            0.2,
+            False,
+            answer="Zorblat wrote it, said Orwell.",
+            evidence={
+                **ev,
+                "answer_words": _words(
+                    ("Zorblat", "context", 1, 5.08), ("Orwell", "unsupported", None, None)
+                ),
+                "closed_book_answer": "George <b>Orwell</b>",
+            },
+        ),
+        _row("old", "context", 0.1, False),  # an older row: no answer_words, no closed-book answer
+        _row(
+            "many",
+            "memory",
+            0.97,
+            True,
+            evidence={
+                **ev,
+                "answer_words": _words(*[(f"w{i}", "memory", None, None) for i in range(12)]),
+                "closed_book_answer": " Paris is nice.",  # word for word the answer: not stored twice
+            },
+        ),
+        # a plain context is one passage: no passage number, whatever the row records
+        _row(
+            "one",
+            "context",
+            0.05,
+            False,
+            evidence={**ev, "answer_words": _words(("Quenmar", "context", 0, 3.0), n_passages=1)},
+        ),
+        _row("none", "context", 0.1, False, evidence={**ev, "answer_words": _words()}),
+    ]
+
+
+# The report's script under node with a minimal DOM (no browser here): load the page's payload, draw
+# the table, open one answer and print its detail panel's text, phrase line and closed-book line.
+NODE_SHIM = r"""
+const fs = require("fs");
+const [page, rowIndex] = [fs.readFileSync(process.argv[2], "utf8"), Number(process.argv[3])];
+const m = page.match(/<script type="application\/json" id="payload" data-encoding="([^"]+)">([\s\S]*?)<\/script>\s*<script>([\s\S]*?)<\/script>/);
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.className = ""; this._text = null; }
+  appendChild(c) { if (c.tag === "#frag") { this.children.push(...c.children); c.children = []; } else this.children.push(c); return c; }
+  replaceChildren(...cs) { this.children = []; this._text = null; cs.forEach((c) => this.appendChild(c)); }
+  set textContent(t) { this.children = []; this._text = String(t); }
+  get textContent() { return this._text !== null ? this._text : this.children.map((c) => c.textContent).join(""); }
+  setAttribute(k, v) { this.attrs[k] = String(v); }
+  getAttribute(k) { return k in this.attrs ? this.attrs[k] : null; }
+  removeAttribute(k) { delete this.attrs[k]; }
+  addEventListener() {}
+  find(pred) { if (pred(this)) return this; for (const c of this.children) { const f = c.find(pred); if (f) return f; } return null; }
+}
+const byId = {};
+for (const id of ["f-source", "rows", "shown", "page", "prev", "next", "detail", "f-flagged", "f-text"]) byId[id] = new Node("div");
+byId.payload = new Node("script");
+byId.payload.setAttribute("data-encoding", m[1]);
+byId.payload.textContent = m[2];
+global.window = global;
+global.document = {
+  body: new Node("body"),
+  createElement: (t) => new Node(t),
+  createTextNode: (t) => { const n = new Node("#text"); n.textContent = t; return n; },
+  createDocumentFragment: () => new Node("#frag"),
+  getElementById: (id) => byId[id] || null,
+  querySelectorAll: () => [],
+  querySelector: () => null,
+};
+eval(m[3]);
+setTimeout(() => {
+  if (document.body.getAttribute("data-ready") !== "1") { console.log(JSON.stringify({ error: byId.detail.textContent })); return; }
+  window.__mnemoscopeReport.open(rowIndex);
+  const d = byId.detail;
+  const get = (id) => { const n = d.find((x) => x.id === id); return n ? n.textContent : null; };
+  const p = d.find((x) => x.id === "phrases");
+  const spans = p ? p.children.filter((c) => c.attrs["data-source"]).map((c) => [c.textContent, c.attrs["data-source"]]) : [];
+  console.log(JSON.stringify({ detail: d.textContent, phrases: get("phrases"), closed_book: get("closed-book"), spans }));
+}, 50);
+"""
+
+
+def _detail_in_node(tmp_path: Path, page: Path, index: int) -> dict:
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed (the same checks run in Chromium below)")
+    shim = tmp_path / "shim.js"
+    shim.write_text(NODE_SHIM)
+    out = subprocess.run([node, str(shim), str(page), str(index)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert "error" not in got, got
+    return got
+
+
+def test_answer_bearing_phrases_are_kept_compact(tmp_path):
+    from mnemoscope.report.batch import MAX_PHRASES, load_run, render_markdown, run_payload
+
+    run = load_run(_folder(tmp_path, _phrase_rows()))
+    payload = run_payload(run)
+    # the new label is counted with the others, in the page and in the Markdown summary
+    assert payload["counts"] == {"context": 3, "memory": 1, "unsupported": 1}
+    assert "| unsupported | 1 | 20.0% |" in render_markdown(run)
+    detail = {r[0]: json.loads(d) for r, d in zip(payload["rows"], payload["detail"], strict=True)}
+    assert payload["phrase_sources"] == ["context", "memory", "unsupported"]
+    # [text, source index, passage (0-based), passage_effect], then how many, then the closed-book answer
+    assert detail["p1"][9:] == [
+        [["Zorblat", 0, 1, 5.1], ["Orwell", 2, None, None]],
+        2,
+        "George <b>Orwell</b>",
+    ]
+    assert len(detail["old"]) == 9  # a row without phrases costs nothing
+    assert len(detail["many"][9]) == MAX_PHRASES and detail["many"][10] == 12 and detail["many"][11] is True
+    assert detail["one"][9] == [["Quenmar", 0, None, None]]  # one passage: no number
+    assert detail["none"][9:] == [[], 0]
+    # the evidence table keeps its scalar columns only
+    assert (
+        "answer_words" not in payload["evidence_keys"]
+        and "closed_book_answer" not in payload["evidence_keys"]
+    )
+
+
+def test_answer_bearing_phrases_in_the_detail_panel(tmp_path):
+    from mnemoscope.report.batch import load_run, write_report
+
+    d = _folder(tmp_path, _phrase_rows())
+    page = write_report(load_run(d), d / "report.html")
+    assert "<b>Orwell" not in page.read_text()  # the closed-book answer is data, escaped in the blob
+    p1 = _detail_in_node(tmp_path, page, 0)
+    assert p1["phrases"] == (
+        "answer-bearing phrases: Zorblat \u2014 context, stated by passage 2 (without it: -5.1 nats); "
+        "Orwell \u2014 unsupported: no passage states it"
+    )
+    assert p1["spans"] == [["Zorblat", "context"], ["Orwell", "unsupported"]]
+    assert p1["closed_book"] == "closed-book answer (the model without the context): George <b>Orwell</b>"
+    old = _detail_in_node(tmp_path, page, 1)  # an older row still renders, without the two lines
+    assert old["phrases"] is None and old["closed_book"] is None
+    assert "Paris is nice." in old["detail"] and "at most 0.05" in old["detail"]
+    many = _detail_in_node(tmp_path, page, 2)
+    assert many["phrases"].endswith("w7 \u2014 memory and 4 more")
+    assert many["closed_book"] == "closed-book answer (the model without the context): the same as the answer"
+    assert "passage" not in _detail_in_node(tmp_path, page, 3)["phrases"]
+    assert _detail_in_node(tmp_path, page, 4)["phrases"] == "answer-bearing phrases: none beyond the query"
+
+
 def test_report_cli(tmp_path, capsys):
     d, inp = _hostile_folder(tmp_path)
     assert main(["report", str(d), "--input", str(inp)]) == 0
@@ -437,6 +617,27 @@ def test_hostile_report_in_chromium_runs_no_injected_script(browser, tmp_path, c
         assert width, "a 5000-character word must wrap inside the detail pane"
         assert pg.evaluate("window.__pwned") is None
         assert pg.locator("#errors tbody tr").count() == 1
+        assert problems == []
+    finally:
+        pg.close()
+
+
+def test_answer_bearing_phrases_in_chromium(browser, tmp_path):
+    from mnemoscope.report.batch import load_run, write_report
+
+    d = _folder(tmp_path, _phrase_rows())
+    pg, problems = _open(browser, write_report(load_run(d), d / "report.html"))
+    try:
+        pg.click('#rows tr[data-id="p1"]')
+        assert pg.inner_text("#phrases") == (
+            "answer-bearing phrases: Zorblat \u2014 context, stated by passage 2 (without it: -5.1 nats); "
+            "Orwell \u2014 unsupported: no passage states it"
+        )
+        assert pg.locator("#phrases .ph-context").inner_text() == "Zorblat"
+        assert "George <b>Orwell</b>" in pg.inner_text("#closed-book")
+        pg.click('#rows tr[data-id="old"]')
+        assert pg.locator("#phrases").count() == 0 and pg.locator("#closed-book").count() == 0
+        assert pg.text_content("#answer") == "Paris is nice."
         assert problems == []
     finally:
         pg.close()

@@ -21,7 +21,7 @@ from mnemoscope.audit.requests import (
     passages_too_long,
 )
 from mnemoscope.errors import InputError
-from mnemoscope.features.passages import join_passages, split_passage_spans, split_passages
+from mnemoscope.trace.passages import join_passages, split_passage_spans, split_passages
 
 # -- the request ----------------------------------------------------------------------------------
 

@@ -337,7 +337,9 @@ def test_engine_audits_a_batch_and_isolates_bad_items(lm: Any, profile_dir: Path
     assert short.n_steps <= 2
     assert a.crm is not None and len(a.crm["lts_trajectory"]) == len(a.crm["layers"])
     assert a.repcs["kl"] >= 0 and 0 <= a.crm["crm_probability"] <= 1
-    assert a.source in ("context", "memory", "mixed", "unsupported", "undetermined") and a.p_memory is not None
+    assert (
+        a.source in ("context", "memory", "mixed", "unsupported", "undetermined") and a.p_memory is not None
+    )
     assert len(a.tokens) == a.n_steps and "".join(t.text for t in a.tokens) == a.answer
     # an empty context is no evidence: undetermined, never memory, never an anomaly, said in words
     assert empty.identical_prompts and empty.source == "undetermined" and empty.notes

@@ -182,8 +182,47 @@ def _check_verdict_panel(page: Any, api: dict[str, Any]) -> None:
     assert shown == [t["source"] for t in api["tokens"]]
     # hovering a word gives its numbers
     assert re.match(r"^(context|memory|neutral|query) \| pmi ", toks.nth(0).get_attribute("title") or "")
+    _check_phrase_line(page, api)
     # CRM and RePCS are secondary: in the details section, closed until asked for
     assert page.evaluate("() => document.getElementById('details').open") is False
+
+
+def _check_phrase_line(page: Any, api: dict[str, Any]) -> None:
+    """Under the evidence: each answer-bearing phrase with its source badge colour and, with several
+    passages, the passage (1-based) that states it; the closed-book answer when the API gives it."""
+    from playwright.sync_api import expect
+
+    ev = api["evidence"]
+    aw = ev.get("answer_words")
+    line = page.locator("#v-words")
+    if not isinstance(aw, dict):
+        expect(line).to_be_hidden()
+    else:
+        expect(line).to_be_visible()
+        words = aw["words"][:8]
+        if not words:
+            expect(line).to_have_text("Answer-bearing phrases: none beyond the query")
+        else:
+            expect(line).to_contain_text("Answer-bearing phrases: ")
+            shown = page.evaluate(
+                "() => Array.from(document.querySelectorAll('#v-words span.ph'))"
+                ".map(s => [s.textContent, s.dataset.source, s.className])"
+            )
+            assert shown == [[w["text"], w["grounded"], f"ph {w['grounded']}"] for w in words], shown
+            text = line.inner_text()
+            for w in words:
+                if w["passage"] is not None and aw["n_passages"] > 1:
+                    assert f"{w['text']} \u2014 {w['grounded']}" in text or w["grounded"] == "unsupported"
+                    assert f"stated by passage {w['passage'] + 1}" in text, text
+            if aw["n_passages"] <= 1:
+                assert "passage" not in text.replace("no passage states it", ""), text
+    cb = ev.get("closed_book_answer")
+    if isinstance(cb, str):
+        expect(page.locator("#v-closed-book")).to_contain_text(
+            "Closed-book answer (the model without the context)"
+        )
+    else:
+        expect(page.locator("#v-closed-book")).to_be_hidden()
 
 
 def _api(page: Any, path: str, key: str | None = None) -> Any:
@@ -381,6 +420,28 @@ def test_anonymous_dashboard_shows_a_fresh_verdict_and_filters_history_by_source
     expect(anon_page.locator("#error")).to_be_hidden()
     _check_verdict_panel(anon_page, _api(anon_page, f"/v1/audits/{_shown_id(anon_page)}"))
     expect(anon_page.locator("#s-count")).to_have_text("6")
+
+    # an audit of three passages (made through the API): its phrases name the passage that states them
+    with httpx.Client(base_url=anon_server.url, timeout=120) as c:
+        r = c.post(
+            "/v1/audit",
+            json={
+                "passages": [
+                    "The river Odrin flows north.",
+                    "The town of Velmora lies on the river Odrin.",
+                    "Zor lies on the river Ka.",
+                ],
+                "query": "Where is Velmora?",
+            },
+        )
+        assert r.status_code == 200, r.text
+    multi = r.json()
+    anon_page.goto(f"/#/audit/{multi['id']}")
+    expect(anon_page.locator("#r-meta")).to_contain_text(f"id {multi['id']}")
+    aw = multi["evidence"]["answer_words"]
+    assert aw is not None and aw["n_passages"] == 3, multi["evidence"]  # the tiny profile is grounded
+    expect(anon_page.locator("#v-words")).to_be_visible()
+    _check_verdict_panel(anon_page, multi)
     assert js_errors == [], js_errors
 
 

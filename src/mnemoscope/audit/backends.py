@@ -12,7 +12,7 @@ A backend turns checked requests into ``(PairTrace, answer pieces)``; everything
   black-box signals only. Caps in characters (the server enforces its own window).
 
 **Passages** (``AuditRequest.passages``): the context is their join
-(:func:`~mnemoscope.features.passages.join_passages`) and the trace carries them
+(:func:`~mnemoscope.trace.passages.join_passages`) and the trace carries them
 (``PairTrace.passages``). In process, an audit of two or more passages also scores the answer
 with each passage that states an answer-bearing phrase left out
 (:func:`~mnemoscope.features.facts.passages_to_ablate`, at most ``max_ablations`` of them), all
@@ -39,7 +39,6 @@ from mnemoscope.audit.profile import AuditProfile, ProfileError
 from mnemoscope.audit.requests import AuditFailure, AuditRequest, check_request
 from mnemoscope.audit.signals import answer_pieces
 from mnemoscope.errors import InputError, InputTooLongError, MnemoscopeError
-from mnemoscope.features.passages import join_passages
 from mnemoscope.models.endpoint import (
     EndpointClient,
     EndpointError,
@@ -49,6 +48,7 @@ from mnemoscope.models.endpoint import (
     map_concurrently,
 )
 from mnemoscope.trace.endpoint import UNMEASURED, trace_endpoint_pair, trace_endpoint_prompts
+from mnemoscope.trace.passages import join_passages
 from mnemoscope.trace.types import PairTrace
 
 __all__ = [

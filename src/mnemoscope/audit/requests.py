@@ -20,7 +20,7 @@ import numpy as np
 
 from mnemoscope.errors import InputError
 from mnemoscope.features.attribution import Span, TokenAttribution
-from mnemoscope.features.passages import join_passages
+from mnemoscope.trace.passages import join_passages
 
 __all__ = [
     "AUDIT_RECORD_FIELDS",
@@ -70,11 +70,11 @@ class AuditRequest:
             backend uses them instead of re-scoring that path when they line up. Others ignore it.
         passages: the retrieved passages the context is made of (``None``: one context string).
             The contract (checked by :func:`check_request`, 422 naming ``passages``): ``context``
-            is :func:`~mnemoscope.features.passages.join_passages` of them -- build such a
+            is :func:`~mnemoscope.trace.passages.join_passages` of them -- build such a
             request with :meth:`from_passages`. With ``prompts`` (an application's own prompt,
             e.g. the proxy's) the context is what was located in that prompt, verbatim, and
             the contract is relaxed to: each passage (stripped) occurs in ``context``, in
-            order, without overlapping (:func:`~mnemoscope.features.passages.split_passages`
+            order, without overlapping (:func:`~mnemoscope.trace.passages.split_passages`
             makes such passages).
     """
 
@@ -95,7 +95,7 @@ class AuditRequest:
     @classmethod
     def from_passages(cls, passages: Sequence[str], query: str, **kw: Any) -> AuditRequest:
         """A request whose context is the ``passages`` joined by the one rule
-        (:func:`~mnemoscope.features.passages.join_passages`); ``kw``: the other fields.
+        (:func:`~mnemoscope.trace.passages.join_passages`); ``kw``: the other fields.
 
         Raises:
             InputError: ``passages`` is not a non-empty list of distinct, non-blank strings
@@ -241,7 +241,7 @@ def check_passages(
 ) -> tuple[str, ...]:
     """``passages`` must be a non-empty list of distinct, non-blank strings (valid text, see
     :func:`check_text`); with ``context``, the context must be made of them: equal to
-    :func:`~mnemoscope.features.passages.join_passages` of them, or (``verbatim``: a context
+    :func:`~mnemoscope.trace.passages.join_passages` of them, or (``verbatim``: a context
     located in an application's prompt) hold each stripped passage, in order, without overlap.
 
     Returns the passages as a tuple.
@@ -282,7 +282,7 @@ def check_passages(
     if context is not None:
         if not verbatim and context != join_passages(ps):
             raise InputError(
-                "the context is not these passages joined (mnemoscope.features.passages.join_passages); "
+                "the context is not these passages joined (mnemoscope.trace.passages.join_passages); "
                 "build the request with AuditRequest.from_passages",
                 record=record,
                 field=f,

@@ -411,12 +411,14 @@ def decide_source_facts(
     * no answer-bearing phrase: ``undetermined`` (nothing beyond the query to attribute);
     * flagged: ``memory``; ``mixed`` when a context phrase the model needed (one it would not
       write even teacher-forced without the context) stands next to a memory or unsupported one;
+      ``undetermined`` when every phrase is such a needed context phrase (the flag and the phrases
+      disagree: a followed knowledge conflict looks so);
     * not flagged: ``context`` only when every phrase is stated by a passage and needed;
       ``mixed`` when such a phrase stands next to a memory or unsupported one; ``unsupported``
-      when no phrase is stated by a passage and one is not what the model writes without the
-      context (never ``context``: a phrase no passage states cannot come from it);
-      ``undetermined`` when every phrase is what the model writes closed-book but the flag does
-      not fire (the evidence is split).
+      when no phrase is stated by a passage nor what the model writes without the context (never
+      ``context``: a phrase no passage states cannot come from it); ``undetermined`` when a
+      phrase is what the model writes closed-book but the flag does not fire (the evidence is
+      split).
     """
     ws = facts.words
     if not ws:
@@ -445,9 +447,21 @@ def decide_source_facts(
             return "mixed", (
                 f"Mostly from memory (the flag fired): {other}, while {_named(needed)} comes from {where(needed)}."
             )
+        if mem:
+            return "memory", (
+                f"Answered from memory: the model writes {_named(mem)} without the context too (its closed-book "
+                "answer gives the same words)."
+            )
+        if needed:
+            # the certified flag and the phrases disagree: every phrase is stated by a passage and is
+            # not what the model writes without the context (a followed knowledge conflict looks so)
+            return "undetermined", (
+                f"Split evidence: p_memory is over the certified threshold (the memory flag fired), but the "
+                f"model would not write {_named(needed)} without the context, and {where(needed)} states it."
+            )
         return "memory", (
-            f"Answered from memory: the model writes {_named(mem or ws)} without the context too"
-            + (" (its closed-book answer gives the same words)." if mem else ".")
+            f"Answered from memory (the flag fired): {_named(ws)} is not what the context says"
+            + (f" (no passage states {_named(uns)})." if uns else ".")
         )
     if ctx and (mem or uns):
         parts = []
@@ -461,15 +475,16 @@ def decide_source_facts(
             f"Answered from {where(ctx)}: {where(ctx).replace('the context', 'it')} states {_named(ctx)}, "
             "and the model would not write it without the context."
         )
-    if uns:
+    if uns and not mem:
         return "unsupported", (
             f"Not from the context: no passage states {_named(uns)}, and the model would not write it "
-            "without the context either (its own addition)"
-            + (f"; it would write {_named(mem)} closed-book." if mem else ".")
+            "without the context either (its own addition)."
         )
     lean = p_memory is not None and p_memory > 0.5
     return "undetermined", (
-        f"Split evidence: the model would write {_named(mem)} without the context, but p_memory "
+        f"Split evidence: the model would write {_named(mem)} without the context"
+        + (f" (and no passage states {_named(uns)})" if uns else "")
+        + ", but p_memory "
         + ("leans towards memory without reaching" if lean else "stays under")
         + " the calibrated threshold, so no flag is raised."
     )

@@ -23,7 +23,7 @@ Builders (deterministic under a seed; records in the schema of the shipped calib
   the substitute.
 * :func:`build_multi_passage_items`: the gold passage among ``k - 1`` passages of *other* articles,
   none of which states the answer; ``passages``, ``gold_passage``, ``context``
-  (:func:`mnemoscope.features.passages.join_passages`).
+  (:func:`mnemoscope.trace.passages.join_passages`).
 * :func:`split_by_title`: no article on both sides of a split.
 
 ``fact_id`` is ``sq-`` and the article's title: calibration's held-out split keeps a fact's records

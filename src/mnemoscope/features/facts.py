@@ -80,7 +80,7 @@ from mnemoscope.features.attribution import (
     word_groups,
     wordlike,
 )
-from mnemoscope.features.grounding import answer_bearing, join_phrases, parting_word, states
+from mnemoscope.features.grounding import FACTS_PARTICLES, answer_bearing, join_phrases, parting_word, states
 
 __all__ = [
     "FACT_SIGNALS",
@@ -366,8 +366,9 @@ def fact_words(
         chosen = answer_bearing(pieces, query)
     else:
         is_content = [content_word(text_of(g), qterms, len(g)) for g in groups]
-        chosen = join_phrases(groups, is_content, [text_of(g) for g in groups])
-    if not chosen:
+        chosen = join_phrases(groups, is_content, [text_of(g) for g in groups], FACTS_PARTICLES)
+    if not chosen and selection != "grounded":
+        # (the grounded selection already takes lowercase words; what it leaves out answers nothing)
         chosen = [g for g in groups if wordlike(text_of(g)) and not supported_by(text_of(g), qterms)]
         fallback = bool(chosen)
     words = []

@@ -44,6 +44,7 @@ from mnemoscope.features.attribution import (
 )
 
 __all__ = [
+    "FACTS_PARTICLES",
     "GENERIC_WORDS",
     "PARTICLES",
     "answer_bearing",
@@ -82,6 +83,10 @@ GENERIC_WORDS = frozenset(
                 "context passage passages text document documents information question provided",
                 "given fact facts detail details term terms name word words mean means meaning",
                 "answer answers correct true indeed sure note lie lies question questions",
+                # evaluative elaboration ("a world-renowned player", "a legendary boxer")
+                "renowned legendary notable prominent popular successful talented skilled exceptional",
+                "incredible remarkable outstanding excellent prestigious iconic celebrated acclaimed",
+                "influential leading world class career",
             ]
         )
     )
@@ -109,9 +114,19 @@ PARTICLES = frozenset(
         "ibn",
         "al",
         "of",
+        "the",
         "y",
     ]
 )
+
+
+#: the particles of the ``facts`` selection (profiles calibrated before the grounded verdict join
+#: their phrases as they were calibrated: without "the")
+FACTS_PARTICLES = PARTICLES - {"the"}
+
+
+def _is_punct_piece(piece: str) -> bool:
+    return bool(piece.strip()) and not any(ch.isalnum() for ch in piece)
 
 
 def _is_generic(text: str) -> bool:
@@ -147,10 +162,15 @@ def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list
 
 
 def join_phrases(
-    groups: Sequence[list[int]], chosen: Sequence[bool], texts: Sequence[str]
+    groups: Sequence[list[int]],
+    chosen: Sequence[bool],
+    texts: Sequence[str],
+    particles: frozenset[str] | None = None,
 ) -> list[list[int]]:
     """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
-    England"): consecutive chosen words, or two joined by a name particle; anything else ends it."""
+    England"): consecutive chosen words, or two joined by a name particle (``particles``, default
+    :data:`PARTICLES`); anything else ends it."""
+    parts = PARTICLES if particles is None else particles
     out: list[list[int]] = []
     cur: list[int] = []
     pending: list[int] = []
@@ -160,7 +180,7 @@ def join_phrases(
                 cur += pending
             cur = cur + list(g)
             pending = []
-        elif cur and (not t.strip() or t.strip().lower() in PARTICLES) and len(pending) < 2:
+        elif cur and (not t.strip() or t.strip().lower() in parts) and len(pending) < 2:
             pending += list(g)
         else:
             if cur:
@@ -171,27 +191,30 @@ def join_phrases(
     return out
 
 
-def _merge_numbers(pieces: Sequence[str], groups: list[list[int]]) -> list[list[int]]:
-    """Word groups with a number's parts joined: "3" "." "2" "%" -> "3.2%", "1" "," "000" ->
-    "1,000" (only where no blank separates them)."""
+def _merge_compounds(pieces: Sequence[str], groups: list[list[int]]) -> list[list[int]]:
+    """Word groups with the parts of one written word joined where no blank separates them: a
+    number's ("3" "." "2" "%" -> "3.2%", "1" "," "000" -> "1,000") and a hyphenated word's
+    ("Kingsley" "-" "Hughes" -> "Kingsley-Hughes")."""
     out: list[list[int]] = []
+
+    def text(g: Sequence[int]) -> str:
+        return "".join(pieces[i] for i in g)
+
     for g in groups:
-        text = "".join(pieces[i] for i in g)
-        prev = "".join(pieces[i] for i in out[-1]) if out else ""
-        joinable = bool(out) and not text[:1].isspace()
-        if joinable and text in ("%", "\u2030") and prev.strip()[-1:].isdigit():
+        t = text(g)
+        joinable = bool(out) and bool(t) and not t[:1].isspace()
+        if joinable and t in ("%", "\u2030") and text(out[-1]).strip()[-1:].isdigit():
             out[-1] = out[-1] + g
-        elif (
-            joinable
-            and text[:1].isdigit()
-            and len(out) >= 2
-            and "".join(pieces[i] for i in out[-1]) in (".", ",")
-            and "".join(pieces[i] for i in out[-2]).strip()[-1:].isdigit()
-        ):
-            sep = out.pop()
-            out[-1] = out[-1] + sep + g
-        else:
-            out.append(list(g))
+            continue
+        if joinable and len(out) >= 2 and t[:1].isalnum():
+            sep, before = text(out[-1]), text(out[-2]).strip()[-1:]
+            if (sep in (".", ",") and t[:1].isdigit() and before.isdigit()) or (
+                sep in ("-", "\u2010", "\u2011") and before.isalnum()
+            ):
+                mid = out.pop()
+                out[-1] = out[-1] + mid + g
+                continue
+        out.append(list(g))
     return out
 
 
@@ -202,31 +225,37 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
     (:data:`GENERIC_WORDS`). Only the first sentence that has a candidate counts. In it, the
     phrases that name something (a name, a number, a term split as rare, a word of a caseless
     script: :func:`~mnemoscope.features.attribution.content_word`) are the answer when there are
-    any; otherwise its lowercase candidates are ("the mitochondria", "the spleen"). Consecutive
-    candidates form one phrase ("13th century", "Leonardo da Vinci", "3.2%"). Empty when no
-    sentence has a candidate ("Yes.", "It is important.").
+    any, consecutive ones (or joined by a name particle) forming one phrase ("Leonardo da Vinci",
+    "3.2%", "Kingsley-Hughes"; the descriptor in "the Greek poet Homer" is not part of it);
+    otherwise each of its lowercase candidates is a phrase ("the mitochondria", "the spleen").
+    Empty when no sentence has a candidate ("Yes.", "It is important.").
     """
-    groups = _merge_numbers(pieces, word_groups(pieces))
+    groups = _merge_compounds(pieces, word_groups(pieces))
     texts = ["".join(pieces[i] for i in g) for g in groups]
     qterms = query_terms(query)
-    cand = [wordlike(t) and not supported_by(t, qterms) and not _is_generic(t) for t in texts]
     sids = sentence_ids(pieces, groups)
+    # a generic word capitalised inside a sentence is part of a name ("New York", "Day of the Dead")
+    inner_cap = [k > 0 and sids[k - 1] == sids[k] and t.strip()[:1].isupper() for k, t in enumerate(texts)]
+    cand = [
+        wordlike(t) and not supported_by(t, qterms) and (cap or not _is_generic(t))
+        for t, cap in zip(texts, inner_cap, strict=True)
+    ]
     hit = [s for s, c in zip(sids, cand, strict=True) if c]
     if not hit:
         return []
     first = hit[0]
     keep = [c and s == first for c, s in zip(cand, sids, strict=True)]
-    phrases = join_phrases(groups, keep, texts)
+    # a word's token count tells a rare word only for one written word, not a hyphenated compound
     named = [
-        ph
-        for ph in phrases
-        if any(
-            content_word(texts[k], qterms, len(groups[k]))
-            for k, g in enumerate(groups)
-            if g[0] in ph and keep[k]
-        )
+        k and content_word(t, qterms, None if any(_is_punct_piece(pieces[i]) for i in g) else len(g))
+        for k, t, g in zip(keep, texts, groups, strict=True)
     ]
-    return named or phrases
+    if any(named):
+        # names and numbers, each a phrase of its own words: a descriptor next to a name is
+        # another claim ("the Greek poet Homer": "Homer"; "11 members": "11")
+        return join_phrases(groups, named, texts)
+    # no name: each lowercase word is a claim of its own ("boxing", "malted", "barley")
+    return [list(g) for g, k in zip(groups, keep, strict=True) if k]
 
 
 def states(phrase_terms: Sequence[str], passage_terms: Sequence[str]) -> bool:

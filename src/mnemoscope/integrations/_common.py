@@ -7,7 +7,7 @@ Nothing here decides a verdict: :func:`audit_pair` builds an
 
 Each retrieved document (LangChain) or node (LlamaIndex) is one passage of the request
 (:func:`passages_of`, ``AuditRequest.passages``); the context is them joined by the one rule
-(:func:`mnemoscope.features.passages.join_passages`: stripped, a blank line between). One
+(:func:`mnemoscope.trace.passages.join_passages`: stripped, a blank line between). One
 document gives one passage and the context is its text (stripped), as before.
 """
 
@@ -181,7 +181,7 @@ def fit_passages(
     """:func:`fit_context` on the passages joined, cut passage-wise: the passages whose text is
     kept whole, then the kept head of the one the cut falls in; the rest are dropped. The record
     says how many passages are kept (``passages``) of how many (``passages_given``)."""
-    from mnemoscope.features.passages import join_passages, passage_spans
+    from mnemoscope.trace.passages import join_passages, passage_spans
 
     full = join_passages(passages)
     ctx, info = fit_context(auditor, full, query, answer)
@@ -248,8 +248,8 @@ def audit_pair(
     recorded and returned, or raised as :class:`AuditError` when ``strict``.
     """
     from mnemoscope.audit.auditor import AuditFailure, AuditRequest
-    from mnemoscope.features.passages import join_passages
     from mnemoscope.integrations import otel
+    from mnemoscope.trace.passages import join_passages
 
     t0 = time.perf_counter()
     attrs = {**(span_attributes or {})}

@@ -38,6 +38,8 @@ import numpy as np
 from mnemoscope.errors import InputError
 
 __all__ = [
+    "MAX_PHRASES",
+    "PHRASE_SOURCES",
     "SOURCES",
     "TOKEN_SOURCES",
     "BatchRun",
@@ -53,6 +55,13 @@ SOURCES: tuple[str, ...] = ("context", "memory", "mixed", "undetermined", "unsup
 #: token sources in the page's index order (``query``: a word copied from the query, neither memory
 #: nor context; an unknown source shows as neutral)
 TOKEN_SOURCES: tuple[str, ...] = ("context", "memory", "neutral", "query")
+#: an answer-bearing phrase's source (``evidence.answer_words.words[].grounded``) in the page's index order
+PHRASE_SOURCES: tuple[str, ...] = ("context", "memory", "unsupported")
+#: answer-bearing phrases kept per row (the page says how many more there were)
+MAX_PHRASES = 8
+#: longest phrase text and closed-book answer kept per row (characters; longer ones are cut with "…")
+_MAX_PHRASE_CHARS = 80
+_MAX_CLOSED_BOOK_CHARS = 300
 N_BINS = 20
 _EVIDENCE_ORDER = ("repcs_z", "tau", "closed_book_logprob", "context_token_fraction", "threshold")
 
@@ -286,6 +295,10 @@ _CHECKS: tuple[tuple[str, Any], ...] = (
 )
 
 
+#: evidence fields that are not numbers (kept apart: the phrases and the closed-book answer), even when null
+_NOT_COLUMNS = frozenset({"answer_words", "closed_book_answer", "signals", "signals_used"})
+
+
 def _slim(obj: dict[str, Any], lineno: int, interned: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the report uses of a results row (the rest, e.g. CRM's trajectories, is dropped so that
     100,000 rows fit in memory); tokens compacted, identical guarantees shared."""
@@ -302,7 +315,9 @@ def _slim(obj: dict[str, Any], lineno: int, interned: dict[str, dict[str, Any]])
         "answer": obj.get("answer"),
         "summary": obj.get("summary"),
         "rule": obj.get("rule"),
-        "evidence": {k: v for k, v in ev.items() if v is None or _finite(v) is not None}
+        "evidence": {
+            k: v for k, v in ev.items() if (v is None or _finite(v) is not None) and k not in _NOT_COLUMNS
+        }
         if isinstance(ev, dict)
         else {},
         "guarantee": g,
@@ -310,10 +325,55 @@ def _slim(obj: dict[str, Any], lineno: int, interned: dict[str, dict[str, Any]])
         "_tokens": _tokens(obj),
         "_line": lineno,
     }
+    if isinstance(ev, dict):
+        phrases = _phrases(ev.get("answer_words"))
+        if phrases is not None:
+            slim["_phrases"] = phrases
+        cb = ev.get("closed_book_answer")
+        if isinstance(cb, str):
+            # a memory answer is often word for word the closed-book one: ``True`` says so in 4 bytes
+            same = isinstance(obj.get("answer"), str) and cb.strip() == obj["answer"].strip()
+            slim["_closed_book"] = True if same else _cut(cb, _MAX_CLOSED_BOOK_CHARS)
     for k in ("query", "context", "context_sha256"):
         if isinstance(obj.get(k), str):
             slim[k] = obj[k]
     return slim
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+_PHRASE_INDEX = {s: i for i, s in enumerate(PHRASE_SOURCES)}
+
+
+def _phrases(aw: Any) -> tuple[list[list[Any]], int] | None:
+    """``(phrases, how many the answer has)`` of ``evidence.answer_words``, at most
+    :data:`MAX_PHRASES`, each ``[text, source index (PHRASE_SOURCES; None: unknown), passage
+    (0-based) or None, passage_effect (nats, 1 digit: as shown) or None]``; ``None`` when the row records no
+    answer-bearing words (older rows, profiles deciding on all words). The passage and its effect
+    are kept only when the context had several passages (a plain context is one passage: its
+    number says nothing), as the CLI prints them."""
+    if not isinstance(aw, dict) or not isinstance(aw.get("words"), list):
+        return None
+    words = [w for w in aw["words"] if isinstance(w, dict)]
+    n_passages = aw.get("n_passages")
+    several = isinstance(n_passages, int) and not isinstance(n_passages, bool) and n_passages > 1
+    out = []
+    for w in words[:MAX_PHRASES]:
+        src = w.get("grounded") or {"added": "unsupported"}.get(str(w.get("source")), w.get("source"))
+        passage = w.get("passage")
+        if not several or isinstance(passage, bool) or not isinstance(passage, int):
+            passage = None
+        out.append(
+            [
+                _cut(str(w.get("text", "")), _MAX_PHRASE_CHARS),
+                _PHRASE_INDEX.get(str(src)),
+                passage,
+                None if passage is None else _r(w.get("passage_effect"), 1),
+            ]
+        )
+    return out, len(words)
 
 
 def _finite(x: Any) -> float | None:
@@ -406,12 +466,15 @@ def run_payload(
     provenance: Mapping[str, Any] | None = None,
     max_errors: int = 1000,
 ) -> dict[str, Any]:
-    """The compact JSON the HTML report embeds (column-wise rows, deduplicated guarantees).
+    r"""The compact JSON the HTML report embeds (column-wise rows, deduplicated guarantees).
 
     ``rows``: ``[id, query or None, source index, p_memory (4 digits) or None, memory_flag or
     None]``; ``detail`` (same order): ``[answer, summary, evidence index list, guarantee index,
-    tokens, notes, results.jsonl line, context or None, context digest or None]``, each as a
-    JSON string (parsed by the page on demand); ``runs``: ``meta.json``'s run records.
+    tokens, notes, results.jsonl line, context or None, context digest or None, answer-bearing
+    phrases (see :func:`_phrases`) or None, how many phrases the answer has or None, the closed-book
+    answer (``True``: the same as the answer) or None]``, each as a JSON string (parsed by the page on demand; trailing ``None``\ s are
+    left out, so a row without phrases costs nothing); ``phrase_sources``: the phrases' source
+    names by index; ``runs``: ``meta.json``'s run records.
     """
     sources = list(run.counts)
     guarantees: list[dict[str, Any]] = []
@@ -453,8 +516,12 @@ def run_payload(
                 r.get("_line"),
                 r.get("context"),
                 r.get("context_sha256"),
+                *r.get("_phrases", (None, None)),
+                r.get("_closed_book"),
             ]
         )
+        while len(detail[-1]) > 9 and detail[-1][-1] is None:
+            detail[-1].pop()
     ev_keys_sorted = ev_keys  # evidence columns in first-seen order (rows may have fewer: padded)
     for d in detail:
         d[2] = d[2] + [None] * (len(ev_keys_sorted) - len(d[2]))
@@ -476,6 +543,7 @@ def run_payload(
         "threshold_note": threshold_note,
         "hist": _histogram(run.rows, sources),
         "evidence_keys": ev_keys_sorted,
+        "phrase_sources": list(PHRASE_SOURCES),
         "guarantees": guarantees,
         "rows": rows,
         # one JSON string per answer: the page parses an answer's detail only when it is opened

@@ -52,6 +52,11 @@ table.grid{border-collapse:collapse;width:100%;table-layout:fixed}
 .tok-memory{background:#ffedd5;border-bottom:2px solid var(--mem)}
 .tok-neutral{}
 .tok-query{border-bottom:2px dotted var(--und)}
+.phrases{margin:8px 0 4px}.phrases li{margin:2px 0}
+.ph{padding:0 4px;border-radius:3px;font-weight:600;unicode-bidi:isolate}
+.ph-context{background:#dcfce7;border-bottom:2px solid var(--ctx)}.ph-memory{background:#ffedd5;border-bottom:2px solid var(--mem)}
+.ph-unsupported{background:#ffe4e6;border-bottom:2px solid var(--uns)}.ph-other{background:#f5f5f4;border-bottom:2px solid var(--und)}
+.phl-context{color:var(--ctx)}.phl-memory{color:var(--mem)}.phl-unsupported{color:var(--uns)}
 .answer span[title]{cursor:help}
 .qtext{unicode-bidi:plaintext;overflow-wrap:anywhere;white-space:pre-wrap}
 .ctx{overflow-wrap:anywhere}
@@ -66,6 +71,7 @@ JS = r"""
   "use strict";
   var t0 = performance.now();
   var TOK = ["context", "memory", "neutral", "query"];
+  var PHRASE = ["context", "memory", "unsupported"];
   var PAGE = 50;
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -77,6 +83,33 @@ JS = r"""
   function badge(src) {
     var known = ["context", "memory", "mixed", "undetermined", "unsupported"].indexOf(src) >= 0;
     return el("span", "badge b-" + (known ? src : "other"), src);
+  }
+  // the answer-bearing phrases and where each came from, worded as the CLI's audit view:
+  // [text, source index (P.phrase_sources), passage (0-based; only with several passages), passage_effect]
+  function phrases(list, n) {
+    var p = el("p", "phrases");
+    p.id = "phrases";
+    p.appendChild(el("span", "muted", "answer-bearing phrases: "));
+    if (!list.length) { p.appendChild(document.createTextNode("none beyond the query")); return p; }
+    list.forEach(function (w, k) {
+      var src = w[1] === null || w[1] === undefined ? null : PHRASE[w[1]];
+      var why = src === "unsupported" ? "unsupported: no passage states it" : src || "?";
+      if (w[2] !== null && w[2] !== undefined) {
+        why += ", stated by passage " + (w[2] + 1);
+        if (w[3] !== null && w[3] !== undefined) {
+          var e = -w[3];
+          why += " (without it: " + (e >= 0 ? "+" : "") + e.toFixed(1) + " nats)";
+        }
+      }
+      if (k) p.appendChild(document.createTextNode("; "));
+      var t = el("span", "ph ph-" + (src || "other"), w[0]);
+      t.setAttribute("dir", "auto");
+      t.setAttribute("data-source", src || "?");
+      p.appendChild(t);
+      p.appendChild(el("span", "phl-" + (src || "other"), " \u2014 " + why));
+    });
+    if (n > list.length) p.appendChild(document.createTextNode(" and " + (n - list.length) + " more"));
+    return p;
   }
   function load() {
     var node = document.getElementById("payload");
@@ -93,6 +126,7 @@ JS = r"""
   }
   function start(P) {
     var rows = P.rows, detail = P.detail, sources = P.sources;
+    if (P.phrase_sources) PHRASE = P.phrase_sources;
     var state = { source: "", flagged: false, text: "", key: -1, dir: 1, page: 0, sel: -1 };
     var order = [], view = [];
     for (var i = 0; i < rows.length; i++) order.push(i);
@@ -211,6 +245,20 @@ JS = r"""
       });
       leg.appendChild(el("span", "muted", "(hover a word for its numbers)"));
       f.appendChild(leg);
+      if (d[9]) f.appendChild(phrases(d[9], d[10]));
+      if (typeof d[11] === "string" || d[11] === true) {
+        var cb = el("p", "closed-book");
+        cb.id = "closed-book";
+        cb.appendChild(el("span", "muted", "closed-book answer (the model without the context): "));
+        if (d[11] === true) {
+          cb.appendChild(document.createTextNode("the same as the answer"));
+        } else {
+          var cbt = el("span", "qtext", d[11]);
+          cbt.setAttribute("dir", "auto");
+          cb.appendChild(cbt);
+        }
+        f.appendChild(cb);
+      }
       f.appendChild(el("h3", null, "Evidence"));
       var dl = el("dl", "ev");
       P.evidence_keys.forEach(function (k, j) {

@@ -41,8 +41,8 @@ def profile_view(profile: AuditProfile, *, rule: str, drift: dict[str, Any] | No
 def drift_reference(profile: AuditProfile) -> DriftReference:
     """The profile's calibration answers the live ones are compared with: the held-out rows
     ``mnemoscope calibrate`` writes next to ``profile.json`` (``held_out.jsonl``: each held-out
-    answer audited with the finished profile, never fitted on; for the shipped default profile,
-    ``benchmarks/default_profile_held_out.py`` writes the same rows), their p_memory, memory flag
+    answer audited with the finished profile, never fitted on; the shipped default profile is a
+    calibrate output and carries its own), their p_memory, memory flag
     and the values of the signals the profile's verdict combines.
 
     The rows are used only when ``validation.json`` records this profile's hash (the two files

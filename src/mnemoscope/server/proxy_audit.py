@@ -16,7 +16,7 @@ Record statuses: ``audited``; ``undetermined`` (the context could not be located
 ``failed`` (upstream error, cut stream, client gone, audit error: ``error`` says which).
 
 **Passages.** The located context is split into the documents it holds by the one split rule,
-:func:`mnemoscope.features.passages.split_passages` (labelled ``[1]``/``Document 1:`` blocks, a
+:func:`mnemoscope.trace.passages.split_passages` (labelled ``[1]``/``Document 1:`` blocks, a
 numbered or bulleted list, or blank-line-separated blocks; :func:`located_passages`). The
 context stays exactly as located (the prompts are the application's, already rendered); the
 passages are verbatim slices of it and go with the request as ``AuditRequest.passages`` (the
@@ -82,7 +82,7 @@ def template_record(
 
 
 def located_passages(context: str) -> tuple[str, ...] | None:
-    """The passages of a located context (:func:`~mnemoscope.features.passages.split_passages`),
+    """The passages of a located context (:func:`~mnemoscope.trace.passages.split_passages`),
     or ``None`` when it holds fewer than two, or the same text twice (then it is one context).
 
     >>> located_passages("[1] Paris is in France.\\n[2] Lyon is on the Rhone.")
@@ -90,7 +90,7 @@ def located_passages(context: str) -> tuple[str, ...] | None:
     >>> located_passages("One document only.") is None
     True
     """
-    from mnemoscope.features.passages import split_passages
+    from mnemoscope.trace.passages import split_passages
 
     ps = tuple(split_passages(context))
     if len(ps) < 2 or len(set(ps)) < len(ps):

@@ -71,7 +71,7 @@ class AuditIn(BaseModel):
         min_length=1,
         max_length=1_000,
         description="the retrieved passages, in retrieval order (instead of context): the context is them "
-        "joined by a blank line (mnemoscope.features.passages.join_passages); each non-blank, none twice",
+        "joined by a blank line (mnemoscope.trace.passages.join_passages); each non-blank, none twice",
         validate_default=True,
     )
 
@@ -141,9 +141,14 @@ class EvidenceOut(BaseModel):
     )
     answer_words: dict[str, Any] | None = Field(
         None,
-        description="the answer-bearing words (content words not in the query) with their counterfactual "
-        "source: memory (greedy decoding without the context writes it), context (the context states it "
-        "or raised it beyond the margin) or added (neither); null for profiles decided on all words",
+        description="the answer-bearing phrases (what answers the query), each with its two facts: need "
+        "(memory: the model writes it without the context) and support (the passages that state it, "
+        "'passages', and the one it is traced to, 'passage', with the leave-one-passage-out effect); "
+        "'grounded' is memory, context (stated and needed) or unsupported (neither); null for profiles "
+        "decided on all words",
+    )
+    closed_book_answer: str | None = Field(
+        None, description="the model's own closed-book greedy answer (null: the audit did not generate one)"
     )
 
 

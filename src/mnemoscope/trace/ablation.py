@@ -1,10 +1,10 @@
 """Leave-one-passage-out scoring of the answer the model gave (in process, teacher-forced).
 
 A retrieved context is often a list of passages, joined by
-:func:`~mnemoscope.features.passages.join_passages`. For an answer already traced with and
+:func:`~mnemoscope.trace.passages.join_passages`. For an answer already traced with and
 without the whole context (:class:`~mnemoscope.trace.types.PairTrace`), this scores the same
 answer tokens ``y`` on the context with passage ``j`` left out
-(:func:`~mnemoscope.features.passages.without_passage`)::
+(:func:`~mnemoscope.trace.passages.without_passage`)::
 
     row j: log p(y_t | T(without_passage(passages, j), query), y_<t)   for t = 0 .. |y|-1
 
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from mnemoscope.errors import InputError
-from mnemoscope.features.passages import without_passage
 from mnemoscope.trace.pair import PairConfig, teacher_forced
+from mnemoscope.trace.passages import without_passage
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Tracer
 
@@ -71,7 +71,7 @@ def ablated_prompt(
     builder: PromptBuilder, tracer: Tracer, query: str, passages: Sequence[str], j: int
 ) -> list[int]:
     """The token ids of the prompt with passage ``j`` left out: the pair's own renderer
-    (``builder.build``) on :func:`~mnemoscope.features.passages.without_passage`, tokenized as the
+    (``builder.build``) on :func:`~mnemoscope.trace.passages.without_passage`, tokenized as the
     pair's prompts are (:func:`~mnemoscope.trace.pair.prepare_pair`)."""
     text = builder.build(without_passage(passages, j), query, tracer.tokenizer)
     return tracer.encode(text, chat=builder.chat)

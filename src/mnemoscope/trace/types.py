@@ -110,7 +110,7 @@ class PairTrace:
             An in-process trace of passages records its leave-one-passage-out scoring under
             ``"passage_ablation"`` (:mod:`mnemoscope.trace.ablation`).
         passages: the retrieved passages the context was joined from
-            (:func:`mnemoscope.features.passages.join_passages`; ``context`` equals their join),
+            (:func:`mnemoscope.trace.passages.join_passages`; ``context`` equals their join),
             ``None`` when the caller gave one context string.
         passage_ablated: the indices ``j`` into ``passages`` that were left out and scored, in the
             rows' order of ``passage_logprobs`` (empty: none was).

@@ -38,7 +38,7 @@ from mnemoscope.bench.public.squad import MAX_CONTEXT_CHARS, trim_around
 from mnemoscope.bench.public.swap import answer_type, pick_substitutes, substitute_pools, swap_answer
 from mnemoscope.bench.reliance import answer_matches
 from mnemoscope.errors import InputError
-from mnemoscope.features.passages import join_passages
+from mnemoscope.trace.passages import join_passages
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -249,7 +249,7 @@ def build_multi_passage_items(
     paragraphs of *other* articles, each from a different one, none stating the gold answer, an
     alias or (conflicts) the context's answer. With ``split_of`` (title -> split) the distractors
     come from articles of the gold article's split only. Fields ``passages``, ``gold_passage``
-    (its index), ``passage_titles``, ``context`` (:func:`~mnemoscope.features.passages.join_passages`)."""
+    (its index), ``passage_titles``, ``context`` (:func:`~mnemoscope.trace.passages.join_passages`)."""
     if k < 2:
         raise InputError(f"k must be at least 2 (the gold passage and a distractor), got {k}", field="k")
     why = skipped if skipped is not None else Counter()
@@ -439,7 +439,7 @@ def build_public_sets(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from mnemoscope.bench.public.fetch import NQ_OPEN, SQUAD_TRAIN, fetch_member
-    from mnemoscope.bench.public.squad import _decode, parse_nq_open, parse_squad
+    from mnemoscope.bench.public.squad import decode_json, parse_nq_open, parse_squad
 
     def source(src: Any, path: Any) -> tuple[bytes, dict[str, Any]]:
         if path is None:
@@ -449,7 +449,7 @@ def build_public_sets(
         return raw, {"path": str(path), "sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
 
     raw, squad_meta = source(SQUAD_TRAIN, squad_path)
-    rows = parse_squad(_decode(raw, "SQuAD"))
+    rows = parse_squad(decode_json(raw, "SQuAD"))
     say(f"SQuAD train: {len(rows)} questions in {len({r['title'] for r in rows})} articles")
     split_of = title_splits([r["title"] for r in rows], fractions, seed)
     used: set[str] = set()

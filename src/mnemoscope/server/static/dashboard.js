@@ -157,6 +157,46 @@
     }
   }
 
+  // the answer-bearing phrases with their source and passage, worded as the CLI's audit view
+  // (passages are 0-based in the API, shown 1-based; none shown for a plain context: one passage)
+  const PHRASE_SOURCES = ["context", "memory", "unsupported"];
+  const MAX_PHRASES = 8;
+  function renderWords(ev) {
+    const el = $("v-words");
+    el.textContent = "";
+    const aw = ev.answer_words;
+    el.hidden = !aw || typeof aw !== "object";
+    if (el.hidden) return;
+    const words = Array.isArray(aw.words) ? aw.words : [];
+    el.appendChild(document.createTextNode("Answer-bearing phrases: "));
+    if (!words.length) { el.appendChild(document.createTextNode("none beyond the query")); return; }
+    const several = Number(aw.n_passages || 1) > 1;
+    words.slice(0, MAX_PHRASES).forEach((w, k) => {
+      const src = w.grounded || (w.source === "added" ? "unsupported" : w.source);
+      const known = PHRASE_SOURCES.includes(src);
+      let why = src === "unsupported" ? "unsupported: no passage states it" : known ? src : "?";
+      if (w.passage !== null && w.passage !== undefined && several) {
+        why += ", stated by passage " + (Number(w.passage) + 1);
+        if (w.passage_effect !== null && w.passage_effect !== undefined) {
+          const e = -Number(w.passage_effect);
+          why += " (without it: " + (e >= 0 ? "+" : "") + e.toFixed(1) + " nats)";
+        }
+      }
+      if (w.in_closed_book !== null && w.in_closed_book !== undefined) {
+        why += (w.in_closed_book ? ", in" : ", not in") + " the closed-book answer";
+      }
+      if (k) el.appendChild(document.createTextNode("; "));
+      const t = document.createElement("span");
+      t.className = "ph " + (known ? src : "other");
+      t.dataset.source = known ? src : "?";
+      t.dir = "auto";
+      t.textContent = w.text;
+      el.appendChild(t);
+      el.appendChild(document.createTextNode(" \u2014 " + why));
+    });
+    if (words.length > MAX_PHRASES) el.appendChild(document.createTextNode(" and " + (words.length - MAX_PHRASES) + " more"));
+  }
+
   function showResult(a) {
     last = a;
     $("result").hidden = false;
@@ -180,6 +220,10 @@
       num(ev.closed_book_logprob) + " per token, context-supported words " + (frac === null || frac === undefined ? "none attributed" : (100 * frac).toFixed(0) + " %") +
       (ev.signals_used && ev.signals_used.length ? "; combined: " + ev.signals_used.join(", ") : "") +
       (a.answer_given ? "; the answer was given by the caller and scored" : "");
+    renderWords(ev);
+    const cb = ev.closed_book_answer;
+    $("v-closed-book").hidden = typeof cb !== "string";
+    $("v-closed-book").textContent = typeof cb === "string" ? "Closed-book answer (the model without the context): " + (cb.trim() || "(empty)") : "";
     const gu = a.guarantee || {};
     $("v-guarantee").textContent = "Guarantee (" + (a.rule || "") + " rule, alpha " + fmt(gu.alpha, 2) + ", n = " + (gu.n_calibration === undefined ? "-" : gu.n_calibration) +
       (gu.certified ? ", certified" : ", NOT certified") + "): " + (gu.statement || "");
