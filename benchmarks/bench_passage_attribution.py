@@ -11,7 +11,7 @@ alternating order (so that load drift on the shared machine hits both methods al
   names for the answer-bearing phrase that states the gold answer
   (``evidence.answer_words.words[i].passage``), else the answer-level passage when the audit reports one.
 * **ContextCite**: ``ContextCiter`` with the passages as its sources (a partitioner that drops whole
-  passages and joins the rest with :func:`mnemoscope.features.passages.join_passages`) and mnemoscope's
+  passages and joins the rest with :func:`mnemoscope.trace.passages.join_passages`) and mnemoscope's
   prompt (the profile's template and chat template, tokenized as the auditor does), so both read the
   same prompt. By default it generates its own answer greedily with the profile's ``max_new_tokens``
   (``--cc-response generate``; the answers should agree and each row records whether they do);
@@ -227,7 +227,7 @@ def mnemoscope_top1(audit: dict[str, Any], answer: str, item: dict[str, Any]) ->
 def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
     from mnemoscope.audit.requests import AuditFailure, AuditRequest
     from mnemoscope.bench.reliance import answer_matches
-    from mnemoscope.features.passages import join_passages
+    from mnemoscope.trace.passages import join_passages
 
     if hasattr(AuditRequest, "from_passages"):
         req = AuditRequest.from_passages(tuple(item["passages"]), item["query"], id=item["id"])
@@ -296,7 +296,7 @@ def make_citer_classes(builder: Any, tokenizer: Any) -> tuple[type, type]:
     cc = import_context_cite()
     from context_cite.context_partitioner import BaseContextPartitioner
 
-    from mnemoscope.features.passages import join_passages
+    from mnemoscope.trace.passages import join_passages
 
     class PassagePartitioner(BaseContextPartitioner):
         def __init__(self, passages: Sequence[str]):
