@@ -16,7 +16,7 @@ calibrated with ``held_out_fraction=0`` on the verified reliance items; its figu
 ``benchmarks/results/verdict/``). It writes into the shipped folder by default (``--out``), as
 ``benchmarks/reliance_pipeline.sh``'s ``verdict_eval.py`` audits whatever is shipped there; to
 reproduce the previous figures end to end (its validation card and drift reference), run the
-pipeline on a checkout of cb0bdd2, the last commit that shipped that profile.
+pipeline on a checkout of 8b0a9c3, the last commit that shipped that profile.
 
 1. Take the verified context-reliance items (``mnemoscope bench verify --chat --out runs/reliance-chat``):
    memorized/paraphrased items the model answers closed-book (label 1) and invented-entity

@@ -3,7 +3,7 @@
 # with the previous shipped profile (build_default_profile.py, T = 32, CRM). The shipped profile is
 # now a `mnemoscope calibrate` output (build_default_profile.py's docstring); step 3 replaces it,
 # and step 4's profile_validation.py / default_profile_held_out.py are the previous method's only
-# on a checkout of cb0bdd2 (the last commit that shipped that profile): run the pipeline there.
+# on a checkout of 8b0a9c3 (the last commit that shipped that profile): run the pipeline there.
 # Heavy (about an hour on 2 CPU cores); every step resumes if interrupted.
 #   bash benchmarks/reliance_pipeline.sh [RUNS_DIR]      (default: runs/)
 #

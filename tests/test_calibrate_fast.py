@@ -333,7 +333,7 @@ def test_crm_stays_available_and_older_profiles_load(tmp_path: Path) -> None:
     previous = Path(__file__).parent / "data" / "previous_default_profile"
     old = load_profile(previous)
     assert old.crm is not None and (previous / "crm.npz").is_file() and old.pair_config().hidden
-    assert old.content_hash.startswith("7efd33085a2a")  # shipped up to cb0bdd2
+    assert old.content_hash.startswith("7efd33085a2a")  # shipped up to 8b0a9c3
     # CRM is opt-in: the shipped default profile has none and traces no hidden states
     shipped = Path(str(resources.files(DEFAULT_PROFILES))) / "smollm2-135m-instruct"
     cur = load_profile(shipped)
