@@ -29,6 +29,17 @@ no passage for a scored item counts as wrong there. Cost per answer: wall second
 default 1; on a shared machine the CPU seconds are the steadier figure) and the model's forward calls (a forward pre-hook on the model: generation steps, scoring passes and
 ablations alike), the rows and the tokens they processed, and the ratio ContextCite / mnemoscope.
 
+``--reuse-contextcite ROWS`` re-measures the mnemoscope side only: ContextCite's per-item results
+(its top-1, scores, cost, forward calls and answer) are taken from an earlier run's rows file for
+the same item ids (checked: same gold passage, passage count and gold answer), and its command,
+commit, load and settings from the summary next to it (``measured`` in the summary says which side
+was measured where). mnemoscope then audits ContextCite's recorded answer as a given answer
+(``AuditRequest.from_passages(..., answer=...)``, ``--mn-response contextcite``, the default with
+reuse): both attribute the same text, whatever T the profile generates with now. The cost ratio of
+such rows is ``ratio_across_runs_contextcite_over_mnemoscope`` (mnemoscope's cost fresh,
+ContextCite's from the earlier run under another load: both loads recorded);
+``ratio_contextcite_over_mnemoscope`` only ever compares costs measured in the same run.
+
 Rows go to ``OUT`` with ``.rows.jsonl`` (one JSON line per item, appended and flushed as it is done;
 ``--resume`` skips the ids already there); the summary goes to ``OUT`` (with the command, commit, load
 averages, thread count and settings).
@@ -36,6 +47,9 @@ averages, thread count and settings).
 Usage:
     PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/bench_passage_attribution.py \\
         [--data FILE] [--n 100] [--out benchmarks/results/passages/contextcite.json] [--resume]
+    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/bench_passage_attribution.py --n 32 \\
+        --reuse-contextcite benchmarks/results/passages/contextcite.rows.jsonl \\
+        --out benchmarks/results/passages/contextcite_grounded.json
 """
 
 from __future__ import annotations
@@ -224,24 +238,36 @@ def mnemoscope_top1(audit: dict[str, Any], answer: str, item: dict[str, Any]) ->
     return {"top1": None, "how": "none", **info(chosen[0] if chosen else None)}
 
 
-def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
+def run_mnemoscope(auditor: Any, item: dict[str, Any], answer: str | None = None) -> dict[str, Any]:
+    """One audit of ``item``'s passages: the model generates its answer, or with ``answer`` the
+    audit scores that text as a given answer (``AuditRequest(answer=...)``: no generation)."""
     from mnemoscope.audit.requests import AuditFailure, AuditRequest
     from mnemoscope.bench.reliance import answer_matches
     from mnemoscope.trace.passages import join_passages
 
+    kw: dict[str, Any] = {"id": item["id"]}
+    if answer is not None:
+        kw["answer"] = answer
     if hasattr(AuditRequest, "from_passages"):
-        req = AuditRequest.from_passages(tuple(item["passages"]), item["query"], id=item["id"])
+        req = AuditRequest.from_passages(tuple(item["passages"]), item["query"], **kw)
     elif supports_passages():
         req = AuditRequest(  # type: ignore[call-arg]
-            join_passages(item["passages"]), item["query"], id=item["id"], passages=tuple(item["passages"])
+            join_passages(item["passages"]), item["query"], passages=tuple(item["passages"]), **kw
         )
     else:  # before AuditRequest.passages: one joined context (the audit then names no passage of the item)
-        req = AuditRequest(join_passages(item["passages"]), item["query"], id=item["id"])
+        req = AuditRequest(join_passages(item["passages"]), item["query"], **kw)
     t0 = time.perf_counter()
     (res,) = auditor.audit([req])
     seconds = time.perf_counter() - t0
     if isinstance(res, AuditFailure):
-        return {"seconds": seconds, "failed": res.to_dict(), "answer": None, "matches": False, "top1": None}
+        return {
+            "seconds": seconds,
+            "failed": res.to_dict(),
+            "answer": None,
+            "answer_given": answer is not None,
+            "matches": False,
+            "top1": None,
+        }
     d = res.to_dict()
     aw = (d.get("evidence") or {}).get("answer_words") or {}
     if aw.get("n_passages", len(item["passages"])) != len(item["passages"]):
@@ -253,6 +279,7 @@ def run_mnemoscope(auditor: Any, item: dict[str, Any]) -> dict[str, Any]:
     return {
         "seconds": seconds,
         "answer": d["answer"],
+        "answer_given": answer is not None,
         "matches": answer_matches(d["answer"], item),
         "source": d["source"],
         **pick,
@@ -532,41 +559,154 @@ def cost_summary(
         }
 
     out: dict[str, Any] = {"mnemoscope": per_method(done, "mnemoscope")}
-    if with_cc:
-        out["contextcite"] = per_method(with_cc, "contextcite")
-        out["contextcite"]["seconds_generate_mean"] = round(
-            float(np.mean([r["contextcite"]["seconds_generate"] for r in with_cc])), 3
+    if not with_cc:
+        return out
+    out["contextcite"] = per_method(with_cc, "contextcite")
+    out["contextcite"]["seconds_generate_mean"] = round(
+        float(np.mean([r["contextcite"]["seconds_generate"] for r in with_cc])), 3
+    )
+    same = [r for r in with_cc if not r["contextcite"].get("reused")]
+    across = [r for r in with_cc if r["contextcite"].get("reused")]
+    if across:
+        out["contextcite"]["measured"] = (
+            f"{len(across)} of {len(with_cc)} items: in an earlier run (reused rows; see 'measured'), "
+            "under that run's load"
         )
-        both = np.array(
-            [
-                [
-                    r["mnemoscope"]["seconds"],
-                    r["contextcite"]["seconds"],
-                    r["mnemoscope"]["forwards"]["calls"],
-                    r["contextcite"]["forwards"]["calls"],
-                    r["mnemoscope"]["forwards"]["tokens"],
-                    r["contextcite"]["forwards"]["tokens"],
-                    r["mnemoscope"].get("cpu_seconds", np.nan),
-                    r["contextcite"].get("cpu_seconds", np.nan),
-                ]
-                for r in with_cc
-            ],
-            dtype=float,
+    if same:  # both sides measured in this run, item by item: the comparable ratio
+        out["ratio_contextcite_over_mnemoscope"] = _cost_ratio(same, n_resamples)
+        out["ratio_contextcite_over_mnemoscope"]["note"] = (
+            "ratio of the means over the same items, both measured in this run (bootstrap over items for the seconds)"
         )
-
-        def ratio(s: np.ndarray) -> float:
-            return float(s[:, 1].mean() / s[:, 0].mean())
-
-        out["ratio_contextcite_over_mnemoscope"] = {
-            "seconds": _est(both[:, [0, 1]], ratio, n_resamples),
-            "cpu_seconds": _est(both[:, [6, 7]], ratio, n_resamples)
-            if np.isfinite(both[:, 6:8]).all()
-            else None,
-            "forward_calls": round(float(both[:, 3].mean() / both[:, 2].mean()), 2),
-            "forward_tokens": round(float(both[:, 5].mean() / both[:, 4].mean()), 2),
-            "note": "ratio of the means over the same items (bootstrap over items for the seconds)",
+    if across:  # mnemoscope fresh, ContextCite from the earlier run: not measured under the same load
+        r = _cost_ratio(across, n_resamples)
+        r["load1_mean"] = {
+            "mnemoscope_this_run": _mean_or_none([x.get("load1") for x in across]),
+            "contextcite_earlier_run": _mean_or_none([x["contextcite"].get("run_load1") for x in across]),
         }
+        r["caveat"] = (
+            "across runs: mnemoscope measured in this run, ContextCite in an earlier one, under another "
+            "machine load (load1_mean) and possibly another commit; the seconds ratios are indicative only, "
+            "the forward-call and token ratios do not depend on load"
+        )
+        out["ratio_across_runs_contextcite_over_mnemoscope"] = r
     return out
+
+
+def _mean_or_none(xs: Sequence[Any]) -> float | None:
+    v = [float(x) for x in xs if isinstance(x, (int, float))]
+    return round(float(np.mean(v)), 2) if v else None
+
+
+def _cost_ratio(rows: Sequence[dict[str, Any]], n_resamples: int) -> dict[str, Any]:
+    """ContextCite / mnemoscope: ratios of the means over ``rows`` (bootstrap over items for the
+    seconds); ``seconds_without_contextcite_generation``: ContextCite's seconds less its own
+    generation (for when mnemoscope audited a given answer and generated nothing)."""
+    a = np.array(
+        [
+            [
+                r["mnemoscope"]["seconds"],
+                r["contextcite"]["seconds"],
+                r["mnemoscope"]["forwards"]["calls"],
+                r["contextcite"]["forwards"]["calls"],
+                r["mnemoscope"]["forwards"]["tokens"],
+                r["contextcite"]["forwards"]["tokens"],
+                r["mnemoscope"].get("cpu_seconds", np.nan),
+                r["contextcite"].get("cpu_seconds", np.nan),
+                r["contextcite"]["seconds"] - r["contextcite"].get("seconds_generate", np.nan),
+            ]
+            for r in rows
+        ],
+        dtype=float,
+    )
+
+    def ratio(s: np.ndarray) -> float:
+        return float(s[:, 1].mean() / s[:, 0].mean())
+
+    return {
+        "n": len(rows),
+        "seconds": _est(a[:, [0, 1]], ratio, n_resamples),
+        "cpu_seconds": _est(a[:, [6, 7]], ratio, n_resamples) if np.isfinite(a[:, 6:8]).all() else None,
+        "seconds_without_contextcite_generation": _est(a[:, [0, 8]], ratio, n_resamples)
+        if np.isfinite(a[:, 8]).all()
+        else None,
+        "forward_calls": round(float(a[:, 3].mean() / a[:, 2].mean()), 2),
+        "forward_tokens": round(float(a[:, 5].mean() / a[:, 4].mean()), 2),
+    }
+
+
+# -- reusing an earlier run's ContextCite side ---------------------------------------------------------
+
+
+def summary_path_of(rows_path: str | Path) -> Path:
+    """The summary JSON written next to a rows file (``X.rows.jsonl`` -> ``X.json``)."""
+    p = Path(rows_path)
+    name = p.name
+    return p.with_name(
+        name[: -len(".rows.jsonl")] + ".json" if name.endswith(".rows.jsonl") else p.stem + ".json"
+    )
+
+
+def read_reused_contextcite(
+    rows_path: str | Path, items: Sequence[dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """ContextCite's per-item results for ``items`` from an earlier run's rows file: ``{id: its
+    contextcite record}`` (marked ``reused``, with the earlier run's per-item load and order), and
+    where they came from (the rows file, and from the summary next to it the earlier run's command,
+    commit, load, threads and ContextCite settings). Refused (``SystemExit``) when an item has no row
+    with a ContextCite record there, or when the row is of another item (gold passage, passage count
+    or gold answer differ)."""
+    rows = {r["id"]: r for r in _load(Path(rows_path))}
+    if not rows:
+        raise SystemExit(f"--reuse-contextcite: no rows in {rows_path}")
+    missing = [it["id"] for it in items if (rows.get(it["id"]) or {}).get("contextcite") is None]
+    if missing:
+        raise SystemExit(
+            f"--reuse-contextcite: {len(missing)} of the {len(items)} items have no ContextCite row in "
+            f"{rows_path} (first: {missing[0]}); lower --n to the items it covers"
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for it in items:
+        r = rows[it["id"]]
+        for k, v in (
+            ("gold_passage", it["gold_passage"]),
+            ("n_passages", len(it["passages"])),
+            ("answer", it["answer"]),
+        ):
+            if r.get(k) != v:
+                raise SystemExit(f"--reuse-contextcite: row {it['id']} has {k} {r.get(k)!r}, the item {v!r}")
+        out[it["id"]] = {
+            **r["contextcite"],
+            "reused": True,
+            "run_load1": r.get("load1"),
+            "run_order": r.get("order"),
+        }
+    src: dict[str, Any] = {"rows": _rel(Path(rows_path))}
+    sp = summary_path_of(rows_path)
+    if sp.is_file():
+        prev = json.loads(sp.read_text(encoding="utf-8"))
+        prov = prev.get("provenance") or {}
+        src.update(
+            summary=_rel(sp),
+            command=prov.get("command"),
+            created=prov.get("created"),
+            commit=(prev.get("git") or {}).get("commit") or prov.get("git_commit"),
+            dirty=(prev.get("git") or {}).get("dirty"),
+            machine=prev.get("machine"),
+            max_new_tokens=(prev.get("settings") or {}).get("max_new_tokens"),
+            profile=(prev.get("settings") or {}).get("profile"),
+            contextcite=(prev.get("settings") or {}).get("contextcite"),
+        )
+    else:
+        src["summary"] = None
+        src["note"] = (
+            f"no summary {sp.name} next to the rows: the earlier run's command, commit and load are unknown"
+        )
+    return out, src
+
+
+def _rel(p: Path) -> str:
+    p = p.resolve()
+    return str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
 
 
 # -- the run ------------------------------------------------------------------------------------------
@@ -604,6 +744,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="generate",
         help="ContextCite generates its answer (default) or attributes mnemoscope's",
     )
+    ap.add_argument(
+        "--reuse-contextcite",
+        metavar="ROWS",
+        default=None,
+        help="take ContextCite's per-item results (top-1, scores, cost, forward calls, its answer) from an "
+        "earlier run's rows file for the same item ids instead of running it; only mnemoscope is "
+        "re-measured (its cost ratio to ContextCite's is then across runs, and labelled so)",
+    )
+    ap.add_argument(
+        "--mn-response",
+        choices=("generate", "contextcite"),
+        default=None,
+        help="mnemoscope generates its answer (default without --reuse-contextcite) or audits "
+        "ContextCite's recorded answer as a given answer (the default with it: both attribute the same text)",
+    )
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument(
         "--max-minutes",
@@ -613,7 +768,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up item")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.mn_response is None:
+        args.mn_response = "contextcite" if args.reuse_contextcite else "generate"
+    if args.reuse_contextcite and args.no_contextcite:
+        ap.error("--reuse-contextcite and --no-contextcite exclude each other")
+    if args.reuse_contextcite and args.cc_response != "generate":
+        ap.error("--cc-response applies to a ContextCite run, not to reused rows")
+    if args.mn_response == "contextcite" and not args.reuse_contextcite:
+        ap.error("--mn-response contextcite needs --reuse-contextcite (ContextCite's recorded answers)")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -636,6 +800,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     prior = _load(rows_path) if args.resume else []
     done_ids = {r["id"] for r in prior}
     todo = [it for it in items if it["id"] not in done_ids]
+    reused, cc_source = (
+        read_reused_contextcite(args.reuse_contextcite, items) if args.reuse_contextcite else ({}, None)
+    )
     load_start = [round(x, 2) for x in os.getloadavg()]
 
     t_load = time.perf_counter()
@@ -644,7 +811,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lm = auditor.lm
     builder = auditor.profile.builder
     T = int(auditor.profile.max_new_tokens)
-    classes = None if args.no_contextcite else make_citer_classes(builder, lm.tokenizer)
+    classes = None if (args.no_contextcite or reused) else make_citer_classes(builder, lm.tokenizer)
     counter = ForwardCounter(lm.model)
 
     def cc_run(it: dict[str, Any], forced: str | None, num_ablations: int) -> dict[str, Any]:
@@ -659,8 +826,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             forced_answer=forced,
         )
 
+    def given(it: dict[str, Any]) -> str | None:
+        """The answer mnemoscope audits as given: ContextCite's recorded one (``--mn-response
+        contextcite``; none when its row failed: then it generates), else none (it generates)."""
+        if args.mn_response != "contextcite":
+            return None
+        a = reused[it["id"]].get("answer")
+        return a if isinstance(a, str) and a.strip() else None
+
     if todo and not args.no_warmup:  # one untimed pass of each: first-call costs stay out of the figures
-        run_mnemoscope(auditor, todo[0])
+        run_mnemoscope(auditor, todo[0], given(todo[0]))
         if classes is not None:
             cc_run(todo[0], None, 2)
     counter.take()
@@ -688,7 +863,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "answer": it["answer"],
                 # the passages that hold the gold answer as text (a split independent of either method)
                 "gold_in_passages": [j for j, p in enumerate(it["passages"]) if gold_span(p, it) is not None],
-                "order": "mnemoscope-first" if k % 2 == 0 else "contextcite-first",
+                "order": "mnemoscope-only"
+                if reused
+                else ("mnemoscope-first" if k % 2 == 0 else "contextcite-first"),
                 "load1": round(os.getloadavg()[0], 2),
             }
             steps = ["mnemoscope", "contextcite"] if k % 2 == 0 else ["contextcite", "mnemoscope"]
@@ -697,7 +874,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for step in steps:
                 cpu0 = time.process_time()
                 if step == "mnemoscope":
-                    r = run_mnemoscope(auditor, it)
+                    r = run_mnemoscope(auditor, it, given(it))
+                elif reused:
+                    row[step] = reused[it["id"]]  # measured in the earlier run: cost, forwards and all
+                    continue
                 elif classes is None:
                     continue
                 else:
@@ -743,7 +923,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "max_new_tokens": T,
             "prompt": builder.to_dict(),
             "mnemoscope_passages": supports_passages(),
-            "contextcite": None
+            "mnemoscope_response": "contextcite's recorded answer, audited as a given answer "
+            "(AuditRequest.from_passages(..., answer=...): no generation, both attribute the same text)"
+            if args.mn_response == "contextcite"
+            else f"generated (greedy, T = {T})",
+            "contextcite": {
+                **(cc_source or {}).get("contextcite", {}),
+                "reused_from": (cc_source or {}).get("rows"),
+            }
+            if reused
+            else None
             if classes is None
             else {
                 "version": _version("context-cite"),
@@ -760,10 +949,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "stopped_at_time_budget": stopped_early,
         },
         "rows": str(rows_path.relative_to(ROOT) if rows_path.is_relative_to(ROOT) else rows_path),
+        "measured": measured_sides(args, git_commit(ROOT), cc_source, T),
         **summary,
     }
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return result
+
+
+def measured_sides(
+    args: argparse.Namespace, git: dict[str, Any], cc_source: dict[str, Any] | None, T: int
+) -> dict[str, Any]:
+    """Which side this run measured, at which commit, and where the other side's figures come from."""
+    here = {"run": "this run", "commit": git.get("commit"), "dirty": git.get("dirty")}
+    mn = {**here, "max_new_tokens": T, "response": args.mn_response}
+    if cc_source is not None:
+        cc = {
+            "run": "an earlier run (reused rows: not re-measured)",
+            **{
+                k: cc_source.get(k)
+                for k in ("rows", "summary", "command", "created", "commit", "dirty", "machine")
+            },
+            "max_new_tokens": cc_source.get("max_new_tokens"),
+        }
+        if "note" in cc_source:
+            cc["note"] = cc_source["note"]
+        return {"re_measured": ["mnemoscope"], "mnemoscope": mn, "contextcite": cc}
+    if args.no_contextcite:
+        return {"re_measured": ["mnemoscope"], "mnemoscope": mn, "contextcite": None}
+    return {
+        "re_measured": ["mnemoscope", "contextcite"],
+        "mnemoscope": mn,
+        "contextcite": {**here, "max_new_tokens": T},
+    }
 
 
 def _version(dist: str) -> str | None:

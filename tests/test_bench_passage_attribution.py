@@ -173,3 +173,115 @@ def test_summarise_scores_only_answers_stating_gold() -> None:
     r = s["cost"]["ratio_contextcite_over_mnemoscope"]
     assert r["seconds"]["estimate"] == pytest.approx(10.0) and r["forward_calls"] == 8.0
     assert s["answers_agree"]["differ_ids"] == ["3"]
+
+
+def _earlier_run(tmp_path: Path) -> Path:
+    """An earlier run's ContextCite side for ITEMS (rows + the summary next to them), as written by a
+    full run: its answers, top-1s, costs and forwards, its command, commit and load."""
+    answers = {"a": "Quenmar lies on the river Zorblat.", "b": "It was founded by Ada Krenshaw."}
+    rows = []
+    for it, top in zip(ITEMS, (1, 0), strict=True):
+        rows.append(
+            {
+                "id": it["id"],
+                "gold_passage": it["gold_passage"],
+                "n_passages": len(it["passages"]),
+                "answer": it["answer"],
+                "order": "contextcite-first",
+                "load1": 2.5,
+                "mnemoscope": {"answer": "something else", "matches": False, "top1": None, "seconds": 9.0},
+                "contextcite": {
+                    "seconds": 60.0,
+                    "seconds_generate": 3.0,
+                    "cpu_seconds": 50.0,
+                    "response": answers[it["id"]] + "<|im_end|>",
+                    "answer": answers[it["id"]],
+                    "matches": True,
+                    "span": [0, 1],
+                    "scores": [0.0] * len(it["passages"]),
+                    "top1": top,
+                    "top1_whole": top,
+                    "forwards": {"calls": 80, "rows": 80, "tokens": 16000},
+                    "correct": top == it["gold_passage"],
+                },
+            }
+        )
+    rows_path = tmp_path / "earlier" / "contextcite.rows.jsonl"
+    rows_path.parent.mkdir()
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    summary = {
+        "provenance": {"command": "python benchmarks/bench_passage_attribution.py --n 2", "created": "then"},
+        "git": {"commit": "ada733c" + "0" * 33, "dirty": False},
+        "machine": {"threads": 1, "load_avg_start": [1.7, 1.9, 2.5], "load1_per_item_mean": 2.5},
+        "settings": {"max_new_tokens": 32, "contextcite": {"version": "0.0.4", "num_ablations": 64}},
+    }
+    (tmp_path / "earlier" / "contextcite.json").write_text(json.dumps(summary), encoding="utf-8")
+    return rows_path
+
+
+def test_reuse_contextcite_remeasures_mnemoscope_only(tiny_service: Any, tmp_path: Path) -> None:
+    model_dir, prof = tiny_service
+    data = _write_items(tmp_path / "items.jsonl")
+    earlier = _earlier_run(tmp_path)
+    before = [json.loads(x) for x in earlier.read_text().splitlines()]
+    out = tmp_path / "res" / "grounded.json"
+    base = ["--data", str(data), "--out", str(out), "--model", str(model_dir), "--profile", str(prof)]
+    base += ["--no-progress", "--bootstrap", "50", "--n", "2", "--reuse-contextcite", str(earlier)]
+    res = bpa.main(base)
+
+    rows = [json.loads(x) for x in out.with_suffix(".rows.jsonl").read_text().splitlines()]
+    assert [json.loads(x) for x in earlier.read_text().splitlines()] == before  # the earlier run untouched
+    for r, old in zip(rows, before, strict=True):
+        cc, m = r["contextcite"], r["mnemoscope"]
+        assert cc["reused"] and cc["run_load1"] == 2.5 and r["order"] == "mnemoscope-only"
+        assert {k: cc[k] for k in old["contextcite"]} == old["contextcite"]  # taken as recorded
+        # mnemoscope audited ContextCite's answer as given, measured afresh in this run
+        assert m["answer_given"] and m["answer"] == old["contextcite"]["answer"] and r["answers_agree"]
+        assert m["forwards"]["calls"] >= 1 and m["seconds"] > 0 and m["cpu_seconds"] > 0
+    meas = res["measured"]
+    assert meas["re_measured"] == ["mnemoscope"] and meas["mnemoscope"]["run"] == "this run"
+    assert (
+        meas["mnemoscope"]["commit"] == res["git"]["commit"]
+        and meas["mnemoscope"]["response"] == "contextcite"
+    )
+    cc_src = meas["contextcite"]
+    assert cc_src["commit"].startswith("ada733c") and cc_src["max_new_tokens"] == 32
+    assert cc_src["command"].endswith("--n 2") and cc_src["machine"]["load1_per_item_mean"] == 2.5
+    assert (
+        res["settings"]["contextcite"]["num_ablations"] == 64
+    )  # the earlier run's settings, not this run's flags
+    assert "given answer" in res["settings"]["mnemoscope_response"]
+    # costs of different runs are never reported as a same-run ratio
+    cost = res["cost"]
+    assert "ratio_contextcite_over_mnemoscope" not in cost
+    across = cost["ratio_across_runs_contextcite_over_mnemoscope"]
+    assert across["n"] == 2 and across["forward_calls"] > 0 and "earlier" in across["caveat"]
+    assert across["load1_mean"]["contextcite_earlier_run"] == 2.5
+    assert across["seconds_without_contextcite_generation"]["estimate"] > 0
+    assert cost["contextcite"]["seconds_mean"]["estimate"] == pytest.approx(60.0)
+    assert "earlier run" in cost["contextcite"]["measured"]
+    assert res["contextcite"]["n_answer_states_gold"] == 2
+    assert res["contextcite"]["top1_accuracy"]["estimate"] == pytest.approx(1.0)
+    assert res["paired"]["n"] == res["mnemoscope"]["n_answer_states_gold"]
+
+
+def test_reuse_contextcite_refuses_items_it_lacks(tmp_path: Path) -> None:
+    earlier = _earlier_run(tmp_path)
+    with pytest.raises(SystemExit, match="no ContextCite row"):
+        bpa.read_reused_contextcite(earlier, [*ITEMS, {**ITEMS[0], "id": "c"}])
+    with pytest.raises(SystemExit, match="gold_passage"):
+        bpa.read_reused_contextcite(earlier, [{**ITEMS[0], "gold_passage": 2}])
+    got, src = bpa.read_reused_contextcite(earlier, ITEMS[:1])
+    assert list(got) == ["a"] and src["summary"].endswith("contextcite.json")
+    with pytest.raises(SystemExit):  # a reused run cannot also force ContextCite's response
+        bpa.parse_args(["--reuse-contextcite", str(earlier), "--cc-response", "forced"])
+    assert bpa.parse_args(["--reuse-contextcite", str(earlier)]).mn_response == "contextcite"
+    assert bpa.parse_args([]).mn_response == "generate"
+
+
+def test_summarise_same_run_ratio_only_for_rows_measured_together() -> None:
+    rows = [_row(0, 0, 0), _row(1, 0, 0)]
+    rows[1]["contextcite"]["reused"] = True
+    cost = bpa.summarise(rows, n_resamples=50)["cost"]
+    assert cost["ratio_contextcite_over_mnemoscope"]["n"] == 1
+    assert cost["ratio_across_runs_contextcite_over_mnemoscope"]["n"] == 1
