@@ -249,6 +249,7 @@ def test_sdist_carries_license_tests_and_what_they_read(tmp_path):
         "docs/architecture.md",
         "benchmarks/results/verdict/eval.json",
         "benchmarks/results/verdict/verified.jsonl",
+        "benchmarks/results/calibration/smollm2-135m-instruct-grounded-t128/held_out.jsonl",
         "benchmarks/results_manifest.py",
         "benchmarks/results/membership/roc.png",
     ):
