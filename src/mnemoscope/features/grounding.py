@@ -218,7 +218,9 @@ def _merge_compounds(pieces: Sequence[str], groups: list[list[int]]) -> list[lis
     return out
 
 
-def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
+def answer_bearing(
+    pieces: Sequence[str], query: str, sources: Sequence[Sequence[str]] = ()
+) -> list[list[int]]:
     """The answer-bearing phrases of an answer, as token indices (module doc).
 
     Candidates are the answer's words that are not the query's, nor function or generic words
@@ -226,7 +228,9 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
     phrases that name something (a name, a number, a term split as rare, a word of a caseless
     script: :func:`~mnemoscope.features.attribution.content_word`) are the answer when there are
     any, consecutive ones (or joined by a name particle) forming one phrase ("Leonardo da Vinci",
-    "3.2%", "Kingsley-Hughes"; the descriptor in "the Greek poet Homer" is not part of it);
+    "3.2%", "Kingsley-Hughes"; the descriptor in "the Greek poet Homer" is not part of it), with
+    the sentence's lowercase words that one of ``sources`` (the passages' and the closed-book
+    answer's :func:`~mnemoscope.features.attribution.text_terms`) states;
     otherwise each of its lowercase candidates is a phrase ("the mitochondria", "the spleen").
     Empty when no sentence has a candidate ("Yes.", "It is important.").
     """
@@ -252,8 +256,17 @@ def answer_bearing(pieces: Sequence[str], query: str) -> list[list[int]]:
     ]
     if any(named):
         # names and numbers, each a phrase of its own words: a descriptor next to a name is
-        # another claim ("the Greek poet Homer": "Homer"; "11 members": "11")
-        return join_phrases(groups, named, texts)
+        # another claim ("the Greek poet Homer": "Homer"; "11 members": "11"); beside them, a
+        # lowercase word that a passage or the closed-book answer states is a claim too
+        # ("chivalry in medieval Europe": "chivalry", "Europe"), elaboration that no text states is
+        # not ("a legendary boxer")
+        stated = [
+            k and not n and any(states(text_terms(t), ts) for ts in sources)
+            for k, n, t in zip(keep, named, texts, strict=True)
+        ]
+        return join_phrases(groups, named, texts) + [
+            list(g) for g, st in zip(groups, stated, strict=True) if st
+        ]
     # no name: each lowercase word is a claim of its own ("boxing", "malted", "barley")
     return [list(g) for g, k in zip(groups, keep, strict=True) if k]
 
