@@ -363,7 +363,7 @@ def fact_words(
 
     fallback = False
     if selection == "grounded":
-        chosen = answer_bearing(pieces, query, [*pterms, *([bterms] if bterms is not None else [])])
+        chosen = answer_bearing(pieces, query, pterms, [bterms] if bterms is not None else [])
         chosen.sort(key=lambda g: g[0])
     else:
         is_content = [content_word(text_of(g), qterms, len(g)) for g in groups]

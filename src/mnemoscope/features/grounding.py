@@ -219,7 +219,10 @@ def _merge_compounds(pieces: Sequence[str], groups: list[list[int]]) -> list[lis
 
 
 def answer_bearing(
-    pieces: Sequence[str], query: str, sources: Sequence[Sequence[str]] = ()
+    pieces: Sequence[str],
+    query: str,
+    sources: Sequence[Sequence[str]] = (),
+    known: Sequence[Sequence[str]] = (),
 ) -> list[list[int]]:
     """The answer-bearing phrases of an answer, as token indices (module doc).
 
@@ -229,8 +232,9 @@ def answer_bearing(
     script: :func:`~mnemoscope.features.attribution.content_word`) are the answer when there are
     any, consecutive ones (or joined by a name particle) forming one phrase ("Leonardo da Vinci",
     "3.2%", "Kingsley-Hughes"; the descriptor in "the Greek poet Homer" is not part of it), with
-    the sentence's lowercase words that one of ``sources`` (the passages' and the closed-book
-    answer's :func:`~mnemoscope.features.attribution.text_terms`) states;
+    the sentence's lowercase words that one of ``sources`` (the passages'
+    :func:`~mnemoscope.features.attribution.text_terms`) states and ``known`` (the closed-book
+    answer's) does not;
     otherwise each of its lowercase candidates is a phrase ("the mitochondria", "the spleen").
     Empty when no sentence has a candidate ("Yes.", "It is important.").
     """
@@ -257,11 +261,15 @@ def answer_bearing(
     if any(named):
         # names and numbers, each a phrase of its own words: a descriptor next to a name is
         # another claim ("the Greek poet Homer": "Homer"; "11 members": "11"); beside them, a
-        # lowercase word that a passage or the closed-book answer states is a claim too
-        # ("chivalry in medieval Europe": "chivalry", "Europe"), elaboration that no text states is
-        # not ("a legendary boxer")
+        # lowercase word that a passage states, and that the model's closed-book answer
+        # (``known``) does not, is a claim too ("chivalry in medieval Europe": "chivalry",
+        # "Europe"); elaboration that no passage states ("a legendary boxer") or that the model
+        # writes anyway ("the city") is not
         stated = [
-            k and not n and any(states(text_terms(t), ts) for ts in sources)
+            k
+            and not n
+            and any(states(text_terms(t), ts) for ts in sources)
+            and not any(states(text_terms(t), ts) for ts in known)
             for k, n, t in zip(keep, named, texts, strict=True)
         ]
         return join_phrases(groups, named, texts) + [
