@@ -472,8 +472,8 @@ def decide_source_facts(
         return "mixed", f"Mixed: {_named(ctx)} comes from {where(ctx)}, while " + " and ".join(parts) + "."
     if ctx:
         return "context", (
-            f"Answered from {where(ctx)}: {where(ctx).replace('the context', 'it')} states {_named(ctx)}, "
-            "and the model would not write it without the context."
+            f"Answered from {where(ctx)}: {where(ctx)} states {_named(ctx)}, which the model would not "
+            "write without the context."
         )
     if uns and not mem:
         return "unsupported", (
