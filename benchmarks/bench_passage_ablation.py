@@ -29,7 +29,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -38,9 +37,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from mnemoscope.trace.hooks import counted_forwards as _counted
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("bare-1", "passages-1", "bare-4", "passages-4")
@@ -105,20 +105,6 @@ def _requests(items: list[dict[str, Any]], variant: str) -> list[Any]:
             ps = tuple(it["passages"])
             out.append(_request(join_passages(ps), it["query"], it["id"], ps))
     return out
-
-
-@contextlib.contextmanager
-def _counted(model: Any) -> Iterator[list[int]]:
-    calls = [0]
-
-    def hook(*_: Any) -> None:
-        calls[0] += 1
-
-    h = model.register_forward_pre_hook(hook)
-    try:
-        yield calls
-    finally:
-        h.remove()
 
 
 def _git(*args: str) -> str:

@@ -3,10 +3,8 @@ passes counted (never timed), and the trace store round-trip of the new PairTrac
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import torch
 
 from mnemoscope.errors import InputError
 from mnemoscope.trace.ablation import AblationJob, ablated_prompt, passage_logprobs, score_ablations
+from mnemoscope.trace.hooks import counted_forwards as counted
 from mnemoscope.trace.passages import join_passages, without_passage
 from mnemoscope.trace.templates import PromptBuilder
 from mnemoscope.trace.tracer import Tracer
@@ -27,21 +26,6 @@ PASSAGES = (
     "Zor was founded in 1204.",
 )
 QUERY = "Who is the mayor of Zor?"
-
-
-@contextlib.contextmanager
-def counted(model: Any) -> Iterator[list[int]]:
-    """Count the model's forward passes (each call of the module, whatever its batch)."""
-    calls = [0]
-
-    def hook(*_: Any) -> None:
-        calls[0] += 1
-
-    h = model.register_forward_pre_hook(hook)
-    try:
-        yield calls
-    finally:
-        h.remove()
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ import torch
 
 from mnemoscope.models.arch import ArchAdapter, get_module
 
-__all__ = ["HookSpec", "StateCapture", "eager_attention", "registered_hooks"]
+__all__ = ["HookSpec", "StateCapture", "counted_forwards", "eager_attention", "registered_hooks"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,19 @@ def registered_hooks(specs: Sequence[HookSpec]) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
+
+
+@contextmanager
+def counted_forwards(model: torch.nn.Module) -> Iterator[list[int]]:
+    """Count the model's forward passes in the block (each call of the module, whatever its batch):
+    ``with counted_forwards(m) as n: ...``, then ``n[0]``. The hook is removed on exit."""
+    calls = [0]
+
+    def hook(*_: Any, **__: Any) -> None:
+        calls[0] += 1
+
+    with registered_hooks([HookSpec(model, hook, "pre")]):
+        yield calls
 
 
 @contextmanager
