@@ -201,6 +201,7 @@ README_TABLE = "## What each method tells you, measured"
 _REL = "reliance/leaderboard.json"
 # the shipped default profile's recorded calibration run (benchmarks/profile_validation.py SHIPPED_CARD)
 _SHIPPED = "calibration/smollm2-135m-instruct-grounded-t128/card.json"
+_REAL = "real/smollm2/summary.json"
 _MEM = "membership/leaderboard.json"
 _SHIFT = "shift/leaderboard.json"
 _SCAR = "scar/positive_control/summary.json"
@@ -251,6 +252,33 @@ README_NUMBERS: dict[str, list[tuple[str, str, str]]] = {
         ("0.80", _SHIPPED, "validation.accuracy_3way"),
         ("0.91", _SHIPPED, "validation.accuracy_3way_clear"),
         ("151", _SHIPPED, "profile.verdict.n_conformal"),
+    ],
+    "real passage + question": [
+        ("16", _REAL, "sets.real.n"),
+        ("0", _REAL, "sets.real.false_flags.k"),
+        ("16", _REAL, "sets.real.false_flags.n"),
+        ("13", _REAL, "sets.real.three_way.k"),
+        ("16", _REAL, "sets.real.three_way.n"),
+    ],
+    "entity-swap conflicts (Longpre et al.)": [
+        ("15", _REAL, "sets.conflicts.n"),
+        ("0", _REAL, "sets.conflicts.false_flags.k"),
+        ("15", _REAL, "sets.conflicts.false_flags.n"),
+        ("12", _REAL, "sets.conflicts.three_way.k"),
+        ("15", _REAL, "sets.conflicts.three_way.n"),
+    ],
+    "gold passage among 4": [
+        ("20", _REAL, "sets.multi_passage.n"),
+        ("16", _REAL, "sets.multi_passage.n_context"),
+        ("4", _REAL, "sets.multi_passage.n_memory"),
+        ("0", _REAL, "sets.multi_passage.false_flags.k"),
+        ("16", _REAL, "sets.multi_passage.false_flags.n"),
+        ("4", _REAL, "sets.multi_passage.memory_recall.k"),
+        ("4", _REAL, "sets.multi_passage.memory_recall.n"),
+        ("14", _REAL, "sets.multi_passage.three_way.k"),
+        ("20", _REAL, "sets.multi_passage.three_way.n"),
+        ("16", _REAL, "sets.multi_passage.passage_top1.k"),
+        ("16", _REAL, "sets.multi_passage.passage_top1.n"),
     ],
     "the verdict, own calibration: SmolLM2-135M-Instruct (`--per-class 300`, the default)": _card(
         "smollm2-135m-instruct-pc300", "0.996", "0.991", "1.000", "0.018", "0.93", "0.91"
@@ -353,12 +381,13 @@ def readme_rows(text: str) -> list[tuple[str, list[str], list[str]]]:
         raise ValueError(f"README has no section {README_TABLE!r}")
     section = text.split(README_TABLE, 1)[1].split("\n## ", 1)[0]
     rows = []
-    for line in section.splitlines():
+    lines = section.splitlines()
+    for i, line in enumerate(lines):
         if not line.startswith("|") or line.startswith("|---"):
             continue
+        if i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            continue  # a table's header row
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] == "method":
-            continue
         label = cells[0].replace("**", "")
         numbers = [m.group(0) for c in cells[1:-1] for m in _NUMBER.finditer(c)]
         files = _CODE.findall(cells[-1])
