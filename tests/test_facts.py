@@ -286,3 +286,57 @@ def test_rows_stored_before_the_grounded_verdict_still_load_and_are_never_contex
     # a new row round-trips, derived fields included in the JSON and ignored on load
     d = f.to_dict()
     assert d["words"][0]["grounded"] == "unsupported" and AnswerFacts.from_dict(d) == f
+
+
+def _grounded(
+    pieces: list[str], query: str, passages: list[str], answer_without: str | None = None
+) -> AnswerFacts:
+    n = len(pieces)
+    ans = np.arange(1, n + 1) * 10
+    return fact_words(
+        pieces=pieces,
+        answer_ids=ans,
+        logp_with=np.log(np.full(n, 0.9)),
+        logp_without=np.log(np.full(n, 0.3)),
+        topk_ids_with=np.stack([ans, ans + 1], 1),
+        topk_ids_without=np.stack([ans + 1, ans], 1),
+        topk_logprobs_without=np.log(np.stack([np.full(n, 0.6), np.full(n, 0.3)], 1)),
+        query=query,
+        context="\n\n".join(passages),
+        margin=math.log(2),
+        passages=passages,
+        selection="grounded",
+        answer_without=answer_without,
+    )
+
+
+def test_a_name_is_decided_where_it_parts_from_the_context_wherever_it_stands() -> None:
+    f = _grounded([" It", " was", " George", " Orwell", "."], "Who wrote 1984?", ["George Tolkien wrote it."])
+    (w,) = f.words
+    assert w.text == "George Orwell" and w.grounded == "unsupported" and w.passages == ()
+    assert w.decided_at == 3  # "Orwell", not "George"
+
+
+@pytest.mark.parametrize(
+    ("pieces", "query", "expected"),
+    [
+        ([" J", ".", " K", ".", " Rowling", " wrote", " it", "."], "Who wrote it?", ["J. K. Rowling"]),
+        ([" John", " F", ".", " Kennedy", " was", " elected", "."], "Who was elected?", ["John F. Kennedy"]),
+        ([" In", " 1066", " the", " Normans", " won", "."], "Who won?", ["1066", "Normans"]),
+        ([" I", " do", " not", " know", "."], "Who won?", []),
+        ([" I", " cannot", " answer", " that", "."], "Who won?", []),
+        ([" About", " 1", ",", "000", " people", "."], "Did 1000 people attend?", []),
+    ],
+)
+def test_answer_bearing_phrases_of_names_numbers_and_non_answers(
+    pieces: list[str], query: str, expected: list[str]
+) -> None:
+    f = _grounded(pieces, query, ["Nothing relevant."])
+    assert [w.text for w in f.words] == expected
+
+
+def test_two_numbers_side_by_side_stay_two_terms_and_a_grouped_number_is_one() -> None:
+    from mnemoscope.features.attribution import text_terms
+
+    assert text_terms("In 1990 300 workers") == ["in", "1990", "300", "worker"]
+    assert text_terms("1,000") == text_terms("1000") == text_terms("1\u202f000") == ["1000"]

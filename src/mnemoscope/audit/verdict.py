@@ -448,9 +448,14 @@ def decide_source_facts(
                 f"Mostly from memory (the flag fired): {other}, while {_named(needed)} comes from {where(needed)}."
             )
         if mem:
-            return "memory", (
-                f"Answered from memory: the model writes {_named(mem)} without the context too (its closed-book "
-                "answer gives the same words)."
+            how = (
+                "its closed-book answer gives the same words"
+                if any(w.in_closed_book for w in mem)
+                else "greedy decoding without the context writes them"
+            )
+            return (
+                "memory",
+                f"Answered from memory: the model writes {_named(mem)} without the context too ({how}).",
             )
         if needed:
             # the certified flag and the phrases disagree: every phrase is stated by a passage and is
@@ -459,10 +464,16 @@ def decide_source_facts(
                 f"Split evidence: p_memory is over the certified threshold (the memory flag fired), but the "
                 f"model would not write {_named(needed)} without the context, and {where(needed)} states it."
             )
-        return "memory", (
-            f"Answered from memory (the flag fired): {_named(ws)} is not what the context says"
-            + (f" (no passage states {_named(uns)})." if uns else ".")
-        )
+        # flagged; what is left: unsupported phrases, and stated ones the model would write anyway
+        # (teacher-forced without the context, near its greedy choice)
+        parts = []
+        if uns:
+            parts.append(f"no passage states {_named(uns)}")
+        if ctx:
+            parts.append(
+                f"{where(ctx)} states {_named(ctx)}, which the model writes near-greedily without the context too"
+            )
+        return "memory", "Answered from memory (the flag fired): " + "; ".join(parts) + "."
     if ctx and (mem or uns):
         parts = []
         if mem:

@@ -310,7 +310,9 @@ def _terms(text: str) -> list[str]:
     return [_stem(t.casefold()) for t in _TERM_RE.findall(text)]
 
 
-_DIGIT_GROUP_RE = re.compile(r"(?<=\d)[,\u202f\u00a0'’ ](?=\d{3}(?!\d))")
+# a digit group separator: a comma, a thin or no-break space, an apostrophe (not a plain space:
+# "in 1990 300 workers" is two numbers)
+_DIGIT_GROUP_RE = re.compile(r"(?<=\d)[,\u202f\u00a0'’](?=\d{3}(?!\d))")
 
 
 def text_terms(text: str) -> list[str]:
@@ -323,7 +325,7 @@ def text_terms(text: str) -> list[str]:
         >>> text_terms("George Orwell's 1,984 Novels")
         ['georg', 'orwell', '1984', 'novel']
     """
-    return _terms(_DIGIT_GROUP_RE.sub("", unicodedata.normalize("NFKC", text)))
+    return _terms(_DIGIT_GROUP_RE.sub("", text))  # before NFKC, which turns a thin space into a blank
 
 
 def query_terms(query: str) -> frozenset[str]:

@@ -39,10 +39,11 @@ the same answer, so step ``t`` of both is the same position):
   ConflictQA's definition of a model's memory answer;
 * ``source``: ``memory`` when the closed-book answer states it or, without a closed-book answer,
   when greedy decoding without the context (teacher-forced on the answer so far) writes it or a
-  near-tie of it (``cb_logratio >= -log 2``, :data:`MEMORY_TOLERANCE`); otherwise ``context`` when the context states it (its terms are among the context's) or raised it
-  beyond the calibrated margin, and ``added`` when neither (the model wrote a content word that is
-  in no context and that it would not write without one: "...the Brimwater Observatory in New
-  Zealand").
+  near-tie of it (``cb_logratio >= -log 2``, :data:`MEMORY_TOLERANCE`); otherwise ``context`` when a
+  passage states it (:func:`~mnemoscope.features.grounding.states`: its terms as one contiguous run)
+  and ``unsupported`` when neither (the model wrote a word no passage says and that it would not write
+  without one). :attr:`FactWord.grounded` is the label rule's reading (rows stored before it say
+  ``added``).
 
 :func:`fact_signals` averages them over the answer-bearing words into the verdict's candidate
 signals (:data:`FACT_SIGNALS`). Pure functions of numbers and strings: no model call.
@@ -390,8 +391,7 @@ def fact_words(
         if selection == "grounded":
             # decided where the phrase parts from the context ("George Orwell" against "George
             # Tolkien": at "Orwell"); a phrase a passage states, at its first token
-            sub = [[i for i in w if i in set(g)] for w in word_groups([pieces[i] for i in g])]
-            sub_idx = [[g[i] for i in w] for w in sub]
+            sub_idx = [[g[i] for i in w] for w in word_groups([pieces[i] for i in g])]
             part = parting_word(["".join(pieces[i] for i in w) for w in sub_idx], pterms)
             if part > 0:
                 first = next((i for i in sub_idx[part] if pieces[i].strip()), sub_idx[part][0])

@@ -5,7 +5,7 @@ the context*, is :mod:`mnemoscope.features.facts`):
 
 * **which words answer the query** (:func:`answer_bearing`): the answer's content words that the
   query does not contain, in the sentence that answers it. Found by what they are, not by
-  capitalisation: a lowercase term ("mitochondria", "pancreas"), a number with its unit ("20 km"),
+  capitalisation: a lowercase term ("mitochondria", "pancreas"), a number ("3.2%", "1,000"),
   a multi-word name ("Leonardo da Vinci"). Generic elaboration ("plays a crucial role", "is known
   for", "it is important") answers nothing: :data:`GENERIC_WORDS` leaves it out, and so does
   everything after the first sentence that carries an answer-bearing word (a small model's long
@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from mnemoscope.features.attribution import (
@@ -125,13 +126,23 @@ PARTICLES = frozenset(
 FACTS_PARTICLES = PARTICLES - {"the"}
 
 
+#: a word after which "." does not end a sentence: an initial or a common short form
+_ABBREVIATION = re.compile(r"[A-Z]|Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof|Gen|Col|Lt|Mt|vs|etc|e\.g|i\.e|No|Vol|ca")
+
+#: words of a refusal or a non-answer ("I do not know", "I cannot answer that", "Sorry"): nothing
+#: the answer states
+_NON_ANSWER = frozenset(
+    text_terms("know knows cannot can't unable sorry unfortunately unknown unclear apologize apologise")
+)
+
+
 def _is_punct_piece(piece: str) -> bool:
     return bool(piece.strip()) and not any(ch.isalnum() for ch in piece)
 
 
 def _is_generic(text: str) -> bool:
     ts = text_terms(text)
-    return bool(ts) and all(t in GENERIC_WORDS or t in DISCOURSE_WORDS for t in ts)
+    return bool(ts) and all(t in GENERIC_WORDS or t in DISCOURSE_WORDS or t in _NON_ANSWER for t in ts)
 
 
 def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list[int]:
@@ -156,6 +167,11 @@ def sentence_ids(pieces: Sequence[str], groups: Sequence[Sequence[int]]) -> list
         core = text.strip()
         if core:
             ended = core.endswith((".", "!", "?", "\u3002", "\uff01", "\uff1f"))
+            before = (
+                core[:-1] if core != "." else ("".join(pieces[i] for i in groups[k - 1]).strip() if k else "")
+            )
+            if core.endswith(".") and _ABBREVIATION.fullmatch(before.strip()):
+                ended = False  # an initial or a short form ("J. K. Rowling", "Mr. Darcy", "St. Louis")
         if "\n" in text[len(text.rstrip()) :] or (not core and "\n" in text):
             ended = True
     return out
@@ -167,7 +183,7 @@ def join_phrases(
     texts: Sequence[str],
     particles: frozenset[str] | None = None,
 ) -> list[list[int]]:
-    """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "20 km", "Bank of
+    """Runs of chosen words joined into one phrase ("Leonardo da Vinci", "J. K. Rowling", "Bank of
     England"): consecutive chosen words, or two joined by a name particle (``particles``, default
     :data:`PARTICLES`); anything else ends it."""
     parts = PARTICLES if particles is None else particles
@@ -180,7 +196,14 @@ def join_phrases(
                 cur += pending
             cur = cur + list(g)
             pending = []
-        elif cur and (not t.strip() or t.strip().lower() in parts) and len(pending) < 2:
+        elif (
+            cur
+            and (not t.strip() or t.strip().lower() in parts)
+            and len(pending) < 2
+            # "the" only after another particle ("Day of the Dead"), never straight after a word
+            # ("In 1066 the Normans": two phrases)
+            and (t.strip().lower() != "the" or bool(pending))
+        ):
             pending += list(g)
         else:
             if cur:
@@ -205,6 +228,15 @@ def _merge_compounds(pieces: Sequence[str], groups: list[list[int]]) -> list[lis
         joinable = bool(out) and bool(t) and not t[:1].isspace()
         if joinable and t in ("%", "\u2030") and text(out[-1]).strip()[-1:].isdigit():
             out[-1] = out[-1] + g
+            continue
+        if (
+            joinable
+            and t == "."
+            and out
+            and _ABBREVIATION.fullmatch(text(out[-1]).strip())
+            and text(out[-1])[:1].isspace() | (len(out) == 1)
+        ):
+            out[-1] = out[-1] + g  # an initial or short form keeps its point: "J.", "Mr."
             continue
         if joinable and len(out) >= 2 and t[:1].isalnum():
             sep, before = text(out[-1]), text(out[-2]).strip()[-1:]
@@ -241,11 +273,18 @@ def answer_bearing(
     groups = _merge_compounds(pieces, word_groups(pieces))
     texts = ["".join(pieces[i] for i in g) for g in groups]
     qterms = query_terms(query)
+    # the query's words are compared as support is (a number's grouping normalised too)
+    q_all = frozenset(text_terms(query))
+
+    def in_query(t: str) -> bool:
+        ts = text_terms(t)
+        return bool(ts) and all(x in q_all for x in ts)
+
     sids = sentence_ids(pieces, groups)
     # a generic word capitalised inside a sentence is part of a name ("New York", "Day of the Dead")
     inner_cap = [k > 0 and sids[k - 1] == sids[k] and t.strip()[:1].isupper() for k, t in enumerate(texts)]
     cand = [
-        wordlike(t) and not supported_by(t, qterms) and (cap or not _is_generic(t))
+        wordlike(t) and not supported_by(t, qterms) and not in_query(t) and (cap or not _is_generic(t))
         for t, cap in zip(texts, inner_cap, strict=True)
     ]
     hit = [s for s, c in zip(sids, cand, strict=True) if c]
