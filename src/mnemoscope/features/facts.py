@@ -81,7 +81,14 @@ from mnemoscope.features.attribution import (
     word_groups,
     wordlike,
 )
-from mnemoscope.features.grounding import FACTS_PARTICLES, answer_bearing, join_phrases, parting_word, states
+from mnemoscope.features.grounding import (
+    FACTS_PARTICLES,
+    answer_bearing,
+    join_phrases,
+    parting_word,
+    states,
+    stating_passages,
+)
 
 __all__ = [
     "FACT_SIGNALS",
@@ -386,7 +393,7 @@ def fact_words(
         seen.add(key)
         lead = len(raw) - len(raw.lstrip())
         start = int(offsets[g[0]]) + lead
-        stated = tuple(j for j, pt in enumerate(pterms) if states(text_terms(text), pt))
+        stated = stating_passages(text, pterms)
         first = next((i for i in g if pieces[i].strip()), g[0])
         if selection == "grounded":
             # decided where the phrase parts from the context ("George Orwell" against "George
